@@ -1,0 +1,368 @@
+/*
+ * decode.c - validation and reading of kvformat objects.
+ *
+ * Checks run in the order DESIGN.md §3 fixes, each with its own error:
+ * length, magic, version, header checksum, header fields, section bounds
+ * (in order, aligned, non-overlapping, logical lengths equal to the shape's
+ * layout), zero padding, section checksums, LZ4 output length, finite
+ * metadata.  Nothing is read before the check that makes it safe to read.
+ */
+#include <errno.h>
+#include <lz4.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "format_internal.h"
+#include "kvstash/kvformat.h"
+#include "kvstash/log.h"
+
+static int reject(int err, const char *what)
+{
+	kvs_log(KVS_LOG_DEBUG, "object rejected: %s (%s)", what,
+		kvs_strerror(err));
+	return err;
+}
+
+static void header_parse(const uint8_t *b, struct kvs_header *h)
+{
+	memset(h, 0, sizeof(*h));
+	h->version = get16(b + HDR_VERSION);
+	h->kind = b[HDR_KIND];
+	h->flags = b[HDR_FLAGS];
+	h->shape.bits = b[HDR_BITS];
+	h->shape.meta_type = b[HDR_META];
+	h->layout = b[HDR_LAYOUT];
+	h->tail_dtype = b[HDR_TAIL_DTYPE];
+	h->shape.group = get16(b + HDR_GROUP);
+	h->shape.kv_heads = get16(b + HDR_KV_HEADS);
+	h->shape.head_dim = get16(b + HDR_HEAD_DIM);
+	h->section_count = get16(b + HDR_SECTIONS);
+	h->shape.span = get32(b + HDR_SPAN);
+	h->shape.residual = get32(b + HDR_RESIDUAL);
+	h->ident.layer = get32(b + HDR_LAYER);
+	h->tokens = get32(b + HDR_TOKENS);
+	h->r_k = get32(b + HDR_R_K);
+	h->r_v = get32(b + HDR_R_V);
+	h->ident.first_pos = get64(b + HDR_FIRST_POS);
+	h->total_size = get64(b + HDR_TOTAL_SIZE);
+	memcpy(h->ident.block_id, b + HDR_BLOCK_ID, KVS_ID_SIZE);
+	memcpy(h->ident.parent_id, b + HDR_PARENT_ID, KVS_ID_SIZE);
+	memcpy(h->ident.model_fp, b + HDR_MODEL_FP, KVS_ID_SIZE);
+	for (uint32_t i = 0; i < KVS_SECTION_MAX; i++) {
+		const uint8_t *e = b + HDR_SECTION_TABLE + i * HDR_SECTION_ENTRY;
+
+		h->section[i].offset = get32(e + SEC_OFFSET);
+		h->section[i].stored_len = get32(e + SEC_STORED);
+		h->section[i].logical_len = get32(e + SEC_LOGICAL);
+		h->section[i].codec = e[SEC_CODEC];
+		h->section[i].checksum = get64(e + SEC_CHECKSUM);
+	}
+}
+
+static int all_zero(const uint8_t *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return 0;
+	return 1;
+}
+
+/* Field values a valid writer never produces (after the checksum passed,
+ * these mean a buggy or hostile writer). */
+static int header_fields_check(const uint8_t *b, const struct kvs_header *h,
+			       struct kvs_layout *lay)
+{
+	uint32_t expect;
+
+	if (get32(b + HDR_HEADER_SIZE) != KVS_HEADER_SIZE ||
+	    h->layout != KVS_LAYOUT_TOKEN_MAJOR ||
+	    (h->flags & ~KVS_FLAG_LZ4) != 0 ||
+	    !all_zero(b + HDR_RESERVED, HDR_CHECKSUM - HDR_RESERVED))
+		return reject(-KVS_ECORRUPT, "header size, layout or flags");
+	if (h->kind == KVS_KIND_BLOCK) {
+		if (h->tail_dtype != 0 || h->r_k != 0 || h->r_v != 0 ||
+		    h->tokens != h->shape.span)
+			return reject(-KVS_ECORRUPT, "block fields");
+		expect = KVS_BLOCK_SECTIONS;
+	} else if (h->kind == KVS_KIND_TAIL) {
+		if (h->tokens != (h->r_k > h->r_v ? h->r_k : h->r_v))
+			return reject(-KVS_ECORRUPT, "tail token count");
+		expect = KVS_TAIL_SECTIONS;
+	} else {
+		return reject(-KVS_ECORRUPT, "unknown object kind");
+	}
+	if (h->section_count != expect)
+		return reject(-KVS_ECORRUPT, "section count");
+	if (kvs_object_layout(h, lay) < 0)
+		return reject(-KVS_ECORRUPT, "shape parameters");
+	for (uint32_t i = 0; i < KVS_SECTION_MAX; i++) {
+		const uint8_t *e = b + HDR_SECTION_TABLE + i * HDR_SECTION_ENTRY;
+
+		if (i >= expect ? !all_zero(e, HDR_SECTION_ENTRY)
+				: !all_zero(e + SEC_CODEC + 1, 3) ||
+					  !all_zero(e + SEC_CHECKSUM + 8, 8))
+			return reject(-KVS_ECORRUPT, "section table reserved bytes");
+	}
+	return 0;
+}
+
+static int sections_check(const struct kvs_header *h,
+			  const struct kvs_layout *lay, size_t len)
+{
+	uint64_t end = KVS_HEADER_SIZE;
+
+	if (h->total_size > len)
+		return reject(-KVS_ETRUNC, "shorter than its total size");
+	if (h->total_size < len)
+		return reject(-KVS_EBOUNDS, "bytes past its total size");
+	for (uint32_t i = 0; i < h->section_count; i++) {
+		const struct kvs_section *s = &h->section[i];
+
+		if (s->offset % KVS_SECTION_ALIGN || s->offset < end ||
+		    (uint64_t)s->offset + s->stored_len > h->total_size)
+			return reject(-KVS_EBOUNDS, "section offset");
+		if (s->logical_len != lay->length[i])
+			return reject(-KVS_EBOUNDS, "section logical length");
+		if (s->codec == KVS_CODEC_RAW) {
+			if (s->stored_len != s->logical_len)
+				return reject(-KVS_EBOUNDS, "raw section length");
+		} else if (s->codec == KVS_CODEC_LZ4) {
+			if (!(h->flags & KVS_FLAG_LZ4) ||
+			    s->stored_len >= s->logical_len || s->stored_len == 0)
+				return reject(-KVS_EBOUNDS, "lz4 section length");
+		} else {
+			return reject(-KVS_EBOUNDS, "unknown section codec");
+		}
+		end = (uint64_t)s->offset + s->stored_len;
+	}
+	if (end != h->total_size)
+		return reject(-KVS_EBOUNDS, "total size");
+	return 0;
+}
+
+int kvs_header_decode(const uint8_t *buf, size_t len, unsigned flags,
+		      struct kvs_header *out)
+{
+	struct kvs_header h;
+	struct kvs_layout lay;
+	int rc;
+
+	if (len < sizeof(kvs_magic))
+		return reject(-KVS_ETRUNC, "shorter than the magic");
+	if (memcmp(buf + HDR_MAGIC, kvs_magic, sizeof(kvs_magic)) != 0)
+		return reject(-KVS_EMAGIC, "magic");
+	if (len < HDR_VERSION + 2)
+		return reject(-KVS_ETRUNC, "shorter than the version");
+	if (get16(buf + HDR_VERSION) != KVS_FORMAT_VERSION)
+		return reject(-KVS_EVERSION, "version");
+	if (len < KVS_HEADER_SIZE)
+		return reject(-KVS_ETRUNC, "shorter than the header");
+	if (!(flags & KVS_VERIFY_NO_CHECKSUMS) &&
+	    get64(buf + HDR_CHECKSUM) != kvs_xxh3(buf, HDR_CHECKSUM))
+		return reject(-KVS_EHDRSUM, "header checksum");
+	header_parse(buf, &h);
+	rc = header_fields_check(buf, &h, &lay);
+	if (rc < 0)
+		return rc;
+	rc = sections_check(&h, &lay, len);
+	if (rc < 0)
+		return rc;
+	*out = h;
+	return 0;
+}
+
+static int metadata_finite(enum kvs_dtype t, const uint8_t *origin,
+			   const uint8_t *step, size_t n)
+{
+	int bad = 0;
+
+	/* Branch-free scans: these run on every block a server touches. */
+	if (t == KVS_DTYPE_F16 || t == KVS_DTYPE_BF16) {
+		uint16_t inf = t == KVS_DTYPE_F16 ? 0x7c00u : 0x7f80u;
+
+		for (size_t i = 0; i < n; i++) {
+			uint16_t o = get16(origin + 2 * i);
+			uint16_t s = get16(step + 2 * i);
+
+			bad |= (o & inf) == inf;
+			bad |= (s & inf) == inf;
+			bad |= (s & 0x8000u) != 0 || (s & 0x7fffu) == 0;
+		}
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			uint32_t o = get32(origin + 4 * i);
+			uint32_t s = get32(step + 4 * i);
+
+			bad |= (o & 0x7f800000u) == 0x7f800000u;
+			bad |= (s & 0x7f800000u) == 0x7f800000u;
+			bad |= (s & 0x80000000u) != 0 || (s & 0x7fffffffu) == 0;
+		}
+	}
+	return bad ? -KVS_EMETA : 0;
+}
+
+static int payload_finite(const struct kvs_view *v)
+{
+	const struct kvs_header *h = &v->hdr;
+
+	if (h->kind == KVS_KIND_BLOCK) {
+		enum kvs_dtype m = (enum kvs_dtype)h->shape.meta_type;
+		size_t e = kvs_dtype_size(m);
+
+		if (metadata_finite(m, v->section[KVS_SEC_KEY_ORIGIN],
+				    v->section[KVS_SEC_KEY_STEP],
+				    h->section[KVS_SEC_KEY_ORIGIN].logical_len / e) ||
+		    metadata_finite(m, v->section[KVS_SEC_VAL_ORIGIN],
+				    v->section[KVS_SEC_VAL_STEP],
+				    h->section[KVS_SEC_VAL_ORIGIN].logical_len / e))
+			return reject(-KVS_EMETA, "metadata");
+		return 0;
+	}
+	for (uint32_t i = 0; i < KVS_TAIL_SECTIONS; i++) {
+		enum kvs_dtype t = (enum kvs_dtype)h->tail_dtype;
+		size_t n = h->section[i].logical_len / kvs_dtype_size(t);
+
+		for (size_t j = 0; j < n; j++)
+			if (!isfinite(kvs_load(t, v->section[i], j)))
+				return reject(-KVS_EMETA, "residual values");
+	}
+	return 0;
+}
+
+void kvs_view_release(struct kvs_view *view)
+{
+	if (view == NULL)
+		return;
+	free(view->owned);
+	view->owned = NULL;
+}
+
+int kvs_object_open(const uint8_t *buf, size_t len, unsigned flags,
+		    struct kvs_view *out)
+{
+	struct kvs_view v = { 0 };
+	size_t owned_len = 0, at = 0;
+	uint32_t end = KVS_HEADER_SIZE;
+	int rc = kvs_header_decode(buf, len, flags, &v.hdr);
+
+	if (rc < 0)
+		return rc;
+	for (uint32_t i = 0; i < v.hdr.section_count; i++) {
+		const struct kvs_section *s = &v.hdr.section[i];
+
+		if (!all_zero(buf + end, s->offset - end))
+			return reject(-KVS_ECORRUPT, "non-zero padding");
+		end = s->offset + s->stored_len;
+		if (s->codec == KVS_CODEC_LZ4)
+			owned_len += s->logical_len;
+	}
+	if (!(flags & KVS_VERIFY_NO_CHECKSUMS)) {
+		for (uint32_t i = 0; i < v.hdr.section_count; i++) {
+			const struct kvs_section *s = &v.hdr.section[i];
+
+			if (kvs_xxh3(buf + s->offset, s->stored_len) != s->checksum)
+				return reject(-KVS_ESECTSUM, "section checksum");
+		}
+	}
+	if (owned_len) {
+		v.owned = malloc(owned_len);
+		if (v.owned == NULL)
+			return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < v.hdr.section_count; i++) {
+		const struct kvs_section *s = &v.hdr.section[i];
+		int got;
+
+		if (s->codec == KVS_CODEC_RAW) {
+			v.section[i] = buf + s->offset;
+			continue;
+		}
+		got = LZ4_decompress_safe((const char *)buf + s->offset,
+					  (char *)v.owned + at, (int)s->stored_len,
+					  (int)s->logical_len);
+		if (got != (int)s->logical_len) {
+			rc = reject(-KVS_ELZ4, "lz4 section");
+			goto out_release;
+		}
+		v.section[i] = v.owned + at;
+		at += s->logical_len;
+	}
+	rc = payload_finite(&v);
+	if (rc < 0)
+		goto out_release;
+	*out = v;
+	return 0;
+
+out_release:
+	kvs_view_release(&v);
+	return rc;
+}
+
+int kvs_object_verify(const uint8_t *buf, size_t len, unsigned flags)
+{
+	struct kvs_view v;
+	int rc = kvs_object_open(buf, len, flags, &v);
+
+	if (rc == 0)
+		kvs_view_release(&v);
+	return rc;
+}
+
+static inline float meta_at(const struct kvs_view *v, int sec, size_t i)
+{
+	return kvs_load((enum kvs_dtype)v->hdr.shape.meta_type, v->section[sec],
+			i);
+}
+
+float kvs_block_key(const struct kvs_view *v, uint32_t head, uint32_t token,
+		    uint32_t channel)
+{
+	const struct kvs_shape *sh = &v->hdr.shape;
+	size_t row = (size_t)head * sh->span + token;
+	size_t m = ((size_t)head * (sh->span / sh->group) + token / sh->group) *
+			   sh->head_dim + channel;
+	unsigned code = kvs_packed_code(v->section[KVS_SEC_KEY_CODES] +
+						row * sh->head_dim * sh->bits / 8,
+					channel, sh->bits);
+
+	return kvs_dequant(meta_at(v, KVS_SEC_KEY_ORIGIN, m),
+			   meta_at(v, KVS_SEC_KEY_STEP, m), code);
+}
+
+float kvs_block_value(const struct kvs_view *v, uint32_t head, uint32_t token,
+		      uint32_t channel)
+{
+	const struct kvs_shape *sh = &v->hdr.shape;
+	size_t row = (size_t)head * sh->span + token;
+	size_t m = row * (sh->head_dim / sh->group) + channel / sh->group;
+	unsigned code = kvs_packed_code(v->section[KVS_SEC_VAL_CODES] +
+						row * sh->head_dim * sh->bits / 8,
+					channel, sh->bits);
+
+	return kvs_dequant(meta_at(v, KVS_SEC_VAL_ORIGIN, m),
+			   meta_at(v, KVS_SEC_VAL_STEP, m), code);
+}
+
+int kvs_block_dequantize(const struct kvs_view *view, float *keys,
+			 float *values)
+{
+	const struct kvs_shape *sh = &view->hdr.shape;
+
+	if (view->hdr.kind != KVS_KIND_BLOCK)
+		return -KVS_EKIND;
+	for (uint32_t h = 0; h < sh->kv_heads; h++) {
+		for (uint32_t t = 0; t < sh->span; t++) {
+			size_t row = ((size_t)h * sh->span + t) * sh->head_dim;
+
+			for (uint32_t d = 0; d < sh->head_dim; d++) {
+				if (keys)
+					keys[row + d] = kvs_block_key(view, h, t, d);
+				if (values)
+					values[row + d] =
+						kvs_block_value(view, h, t, d);
+			}
+		}
+	}
+	return 0;
+}

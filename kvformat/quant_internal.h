@@ -1,0 +1,60 @@
+/*
+ * quant_internal.h - the per-group arithmetic of the numeric contract
+ * (DESIGN.md §1), shared by the group quantizer, the block sealer and the
+ * decoders so that there is exactly one definition of each step.
+ */
+#ifndef KVS_QUANT_INTERNAL_H
+#define KVS_QUANT_INTERNAL_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kvstash/kvformat.h"
+
+/*
+ * Origin and step of a group with fp32 extremes lo <= hi (both finite).
+ * Returns 0, or 1 for a constant group (hi == lo, or a step that rounds to
+ * zero), which gets step 1 and all codes 0, or -KVS_ERANGE when the origin
+ * or the step overflows the metadata type.
+ */
+static inline int quant_params(float lo, float hi, unsigned bits,
+			       enum kvs_dtype meta, float *origin, float *step)
+{
+	float levels = (float)((1u << bits) - 1u);
+	float o = kvs_round_to(meta, lo);
+	float s = kvs_round_to(meta, (hi - lo) / levels);
+
+	if (!isfinite(o) || !isfinite(s))
+		return -KVS_ERANGE;
+	*origin = o;
+	if (hi == lo || s == 0.0f) {
+		*step = 1.0f;
+		return 1;
+	}
+	*step = s;
+	return 0;
+}
+
+/* code = clamp(rint((x - origin) / step), 0, 2^b - 1), fp32, RNE. */
+static inline uint8_t quant_code(float x, float origin, float step,
+				 float levels)
+{
+	float q = rintf((x - origin) / step);
+
+	if (!(q > 0.0f)) /* also maps -0 */
+		return 0;
+	if (q > levels)
+		q = levels;
+	return (uint8_t)q;
+}
+
+/* Puts @code at index @i of a packed array whose bytes start zeroed. */
+static inline void pack_put(uint8_t *packed, size_t i, unsigned bits,
+			    unsigned code)
+{
+	unsigned per_byte = 8u / bits;
+
+	packed[i / per_byte] |= (uint8_t)(code << (bits * (i % per_byte)));
+}
+
+#endif
