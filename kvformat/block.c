@@ -141,17 +141,32 @@ int kvs_object_layout(const struct kvs_header *hdr, struct kvs_layout *out)
 	return -KVS_EKIND;
 }
 
-/* Input element (h, t, d) of a [head][token][channel] array, as float. */
-static inline float in_at(enum kvs_dtype t, const void *base, size_t idx)
+/* Refuses a tile holding NaN or infinity, naming the first bad element. */
+static int tile_finite(const float *x, size_t n, const char *what,
+		       uint32_t head, size_t first_token, uint32_t row_len)
 {
-	if (t == KVS_DTYPE_F32)
-		return ((const float *)base)[idx];
-	return kvs_load(t, base, idx);
+	int bad = 0;
+
+	for (size_t i = 0; i < n; i++)
+		bad |= !isfinite(x[i]);
+	if (!bad)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!isfinite(x[i])) {
+			kvs_log(KVS_LOG_DEBUG,
+				"non-finite %s: head %u token %zu channel %zu",
+				what, head, first_token + i / row_len,
+				i % row_len);
+			break;
+		}
+	}
+	return -KVS_ENONFINITE;
 }
 
 /*
- * Key: for each head and G-token group, per-channel extremes over the group
- * (accumulated row by row so the inner loop is contiguous), then codes.
+ * Key: one G x D tile at a time (one G-token group of one head): per-channel
+ * extremes over the group, the origin and step of each channel, then each
+ * token's row of codes.  Inner loops run along channels, contiguous.
  */
 static int quantize_keys(const struct kvs_shape *sh, enum kvs_dtype in,
 			 const void *keys, uint8_t *codes, uint8_t *origin,
@@ -161,34 +176,33 @@ static int quantize_keys(const struct kvs_shape *sh, enum kvs_dtype in,
 	enum kvs_dtype meta = (enum kvs_dtype)sh->meta_type;
 	float levels = (float)((1u << sh->bits) - 1u);
 	size_t row_bytes = (size_t)d_n * sh->bits / 8;
-	float *lo = malloc(sizeof(float) * d_n * 4);
-	float *hi = lo + d_n, *o = hi + d_n, *s = o + d_n;
-	int rc = 0;
+	float *tile = malloc(sizeof(float) * d_n * (g_n + 4));
+	float *lo = tile + (size_t)g_n * d_n, *hi = lo + d_n, *o = hi + d_n;
+	float *s = o + d_n;
+	uint8_t *c = malloc(d_n);
+	int rc = -ENOMEM;
 
-	if (lo == NULL)
-		return -ENOMEM;
+	if (tile == NULL || c == NULL)
+		goto out_free;
+	rc = 0;
 	for (uint32_t h = 0; h < sh->kv_heads; h++) {
 		for (uint32_t t0 = 0; t0 < sh->span; t0 += g_n) {
-			size_t base = ((size_t)h * sh->span + t0) * d_n;
-			size_t meta_at = ((size_t)h * (sh->span / g_n) +
-					  t0 / g_n) * d_n;
+			size_t first = (size_t)h * sh->span + t0;
+			size_t meta_at = first / g_n * d_n;
 
-			for (uint32_t d = 0; d < d_n; d++)
-				lo[d] = hi[d] = in_at(in, keys, base + d);
-			for (uint32_t t = 0; t < g_n; t++) {
+			kvs_widen(in, keys, first * d_n, (size_t)g_n * d_n, tile);
+			rc = tile_finite(tile, (size_t)g_n * d_n, "key", h, t0,
+					 d_n);
+			if (rc < 0)
+				goto out_free;
+			memcpy(lo, tile, sizeof(float) * d_n);
+			memcpy(hi, tile, sizeof(float) * d_n);
+			for (uint32_t t = 1; t < g_n; t++) {
+				const float *row = tile + (size_t)t * d_n;
+
 				for (uint32_t d = 0; d < d_n; d++) {
-					float v = in_at(in, keys,
-							base + (size_t)t * d_n + d);
-
-					if (!isfinite(v)) {
-						kvs_log(KVS_LOG_DEBUG,
-							"non-finite key: head %u token %u channel %u",
-							h, t0 + t, d);
-						rc = -KVS_ENONFINITE;
-						goto out_free;
-					}
-					lo[d] = v < lo[d] ? v : lo[d];
-					hi[d] = v > hi[d] ? v : hi[d];
+					lo[d] = row[d] < lo[d] ? row[d] : lo[d];
+					hi[d] = row[d] > hi[d] ? row[d] : hi[d];
 				}
 			}
 			for (uint32_t d = 0; d < d_n; d++) {
@@ -202,32 +216,26 @@ static int quantize_keys(const struct kvs_shape *sh, enum kvs_dtype in,
 					rc = kind;
 					goto out_free;
 				}
-				if (kind == 1)
-					s[d] = -1.0f; /* marks constant: codes 0 */
 				kvs_store(meta, origin, meta_at + d, o[d]);
-				kvs_store(meta, step, meta_at + d,
-					  kind == 1 ? 1.0f : s[d]);
+				kvs_store(meta, step, meta_at + d, s[d]);
+				/* A constant channel codes 0 whatever its
+				 * values: an infinite step gives q = 0. */
+				if (kind == 1)
+					s[d] = INFINITY;
 			}
 			for (uint32_t t = 0; t < g_n; t++) {
-				uint8_t *row = codes + ((size_t)h * sh->span +
-							t0 + t) * row_bytes;
+				const float *row = tile + (size_t)t * d_n;
+				uint8_t *out = codes + (first + t) * row_bytes;
 
-				memset(row, 0, row_bytes);
-				for (uint32_t d = 0; d < d_n; d++) {
-					float v;
-
-					if (s[d] < 0.0f)
-						continue;
-					v = in_at(in, keys,
-						  base + (size_t)t * d_n + d);
-					pack_put(row, d, sh->bits,
-						 quant_code(v, o[d], s[d], levels));
-				}
+				for (uint32_t d = 0; d < d_n; d++)
+					c[d] = quant_code(row[d], o[d], s[d], levels);
+				kvs_pack_codes(c, d_n, sh->bits, out);
 			}
 		}
 	}
 out_free:
-	free(lo);
+	free(c);
+	free(tile);
 	return rc;
 }
 
@@ -241,29 +249,26 @@ static int quantize_values(const struct kvs_shape *sh, enum kvs_dtype in,
 	float levels = (float)((1u << sh->bits) - 1u);
 	size_t row_bytes = (size_t)d_n * sh->bits / 8;
 	size_t tokens = (size_t)sh->kv_heads * sh->span;
+	float *row = malloc(sizeof(float) * d_n);
+	uint8_t *c = malloc(d_n);
+	int rc = -ENOMEM;
 
+	if (row == NULL || c == NULL)
+		goto out_free;
 	for (size_t ht = 0; ht < tokens; ht++) {
-		uint8_t *row = codes + ht * row_bytes;
-
-		memset(row, 0, row_bytes);
+		kvs_widen(in, values, ht * d_n, d_n, row);
+		rc = tile_finite(row, d_n, "value", (uint32_t)(ht / sh->span),
+				 ht % sh->span, d_n);
+		if (rc < 0)
+			goto out_free;
 		for (uint32_t j = 0; j < groups; j++) {
-			size_t base = ht * d_n + (size_t)j * g_n;
-			float lo, hi, o, s;
+			const float *x = row + (size_t)j * g_n;
+			float lo = x[0], hi = x[0], o, s;
 			int kind;
 
-			lo = hi = in_at(in, values, base);
-			for (uint32_t c = 0; c < g_n; c++) {
-				float v = in_at(in, values, base + c);
-
-				if (!isfinite(v)) {
-					kvs_log(KVS_LOG_DEBUG,
-						"non-finite value: head %zu token %zu channel %u",
-						ht / sh->span, ht % sh->span,
-						j * g_n + c);
-					return -KVS_ENONFINITE;
-				}
-				lo = v < lo ? v : lo;
-				hi = v > hi ? v : hi;
+			for (uint32_t i = 1; i < g_n; i++) {
+				lo = x[i] < lo ? x[i] : lo;
+				hi = x[i] > hi ? x[i] : hi;
 			}
 			kind = quant_params(lo, hi, sh->bits, meta, &o, &s);
 			if (kind < 0) {
@@ -271,21 +276,24 @@ static int quantize_values(const struct kvs_shape *sh, enum kvs_dtype in,
 					"value group out of %s range: head %zu token %zu group %u",
 					kvs_dtype_name(meta), ht / sh->span,
 					ht % sh->span, j);
-				return kind;
+				rc = kind;
+				goto out_free;
 			}
 			kvs_store(meta, origin, ht * groups + j, o);
 			kvs_store(meta, step, ht * groups + j, s);
 			if (kind == 1)
-				continue;
-			for (uint32_t c = 0; c < g_n; c++) {
-				float v = in_at(in, values, base + c);
-
-				pack_put(row, (size_t)j * g_n + c, sh->bits,
-					 quant_code(v, o, s, levels));
-			}
+				s = INFINITY;
+			for (uint32_t i = 0; i < g_n; i++)
+				c[(size_t)j * g_n + i] =
+					quant_code(x[i], o, s, levels);
 		}
+		kvs_pack_codes(c, d_n, sh->bits, codes + ht * row_bytes);
 	}
-	return 0;
+	rc = 0;
+out_free:
+	free(c);
+	free(row);
+	return rc;
 }
 
 int kvs_block_quantize(const struct kvs_shape *shape, enum kvs_dtype in_dtype,

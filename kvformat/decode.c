@@ -16,6 +16,7 @@
 #include "format_internal.h"
 #include "kvstash/kvformat.h"
 #include "kvstash/log.h"
+#include "quant_internal.h"
 
 static int reject(int err, const char *what)
 {
@@ -344,25 +345,60 @@ float kvs_block_value(const struct kvs_view *v, uint32_t head, uint32_t token,
 			   meta_at(v, KVS_SEC_VAL_STEP, m), code);
 }
 
+/* One row of D reconstructions, fmaf(step, code, origin); built twice so
+ * that CPUs with FMA run it as one vector instruction per 8 channels. */
+__attribute__((target_clones("fma", "default"))) static void
+dequant_row(const uint8_t *codes, const float *origin, const float *step,
+	    uint32_t per_meta, uint32_t n, float *out)
+{
+	for (uint32_t d = 0; d < n; d++)
+		out[d] = fmaf(step[d / per_meta], (float)codes[d],
+			      origin[d / per_meta]);
+}
+
 int kvs_block_dequantize(const struct kvs_view *view, float *keys,
 			 float *values)
 {
 	const struct kvs_shape *sh = &view->hdr.shape;
+	enum kvs_dtype m = (enum kvs_dtype)sh->meta_type;
+	uint32_t d_n = sh->head_dim, g_n = sh->group, groups = d_n / g_n;
+	size_t row_bytes = (size_t)d_n * sh->bits / 8;
+	size_t rows = (size_t)sh->kv_heads * sh->span;
+	float *o = malloc(sizeof(float) * 2 * d_n);
+	float *s = o + d_n;
+	uint8_t *c = malloc(d_n);
+	int rc = -ENOMEM;
 
-	if (view->hdr.kind != KVS_KIND_BLOCK)
-		return -KVS_EKIND;
-	for (uint32_t h = 0; h < sh->kv_heads; h++) {
-		for (uint32_t t = 0; t < sh->span; t++) {
-			size_t row = ((size_t)h * sh->span + t) * sh->head_dim;
-
-			for (uint32_t d = 0; d < sh->head_dim; d++) {
-				if (keys)
-					keys[row + d] = kvs_block_key(view, h, t, d);
-				if (values)
-					values[row + d] =
-						kvs_block_value(view, h, t, d);
-			}
-		}
+	if (view->hdr.kind != KVS_KIND_BLOCK) {
+		rc = -KVS_EKIND;
+		goto out_free;
 	}
-	return 0;
+	if (o == NULL || c == NULL)
+		goto out_free;
+	for (size_t r = 0; keys && r < rows; r++) {
+		/* Key metadata changes once per G tokens. */
+		if (r % g_n == 0) {
+			kvs_widen(m, view->section[KVS_SEC_KEY_ORIGIN],
+				  r / g_n * d_n, d_n, o);
+			kvs_widen(m, view->section[KVS_SEC_KEY_STEP],
+				  r / g_n * d_n, d_n, s);
+		}
+		kvs_unpack_codes(view->section[KVS_SEC_KEY_CODES] + r * row_bytes,
+				 d_n, sh->bits, c);
+		dequant_row(c, o, s, 1, d_n, keys + r * d_n);
+	}
+	for (size_t r = 0; values && r < rows; r++) {
+		kvs_widen(m, view->section[KVS_SEC_VAL_ORIGIN], r * groups,
+			  groups, o);
+		kvs_widen(m, view->section[KVS_SEC_VAL_STEP], r * groups,
+			  groups, s);
+		kvs_unpack_codes(view->section[KVS_SEC_VAL_CODES] + r * row_bytes,
+				 d_n, sh->bits, c);
+		dequant_row(c, o, s, g_n, d_n, values + r * d_n);
+	}
+	rc = 0;
+out_free:
+	free(c);
+	free(o);
+	return rc;
 }

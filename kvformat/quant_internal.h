@@ -35,18 +35,34 @@ static inline int quant_params(float lo, float hi, unsigned bits,
 	return 0;
 }
 
-/* code = clamp(rint((x - origin) / step), 0, 2^b - 1), fp32, RNE. */
+/*
+ * code = clamp(rint((x - origin) / step), 0, 2^b - 1), fp32, RNE.
+ * Clamping to [-1, levels + 1] first changes no result and keeps |q| far
+ * below 2^22, where adding and subtracting 1.5 * 2^23 rounds to the
+ * nearest integer, ties to even, exactly as rintf does in the default
+ * rounding mode; unlike a rintf call the loop then vectorizes.
+ */
 static inline uint8_t quant_code(float x, float origin, float step,
 				 float levels)
 {
-	float q = rintf((x - origin) / step);
+	const float magic = 12582912.0f; /* 1.5 * 2^23 */
+	float q = (x - origin) / step;
 
-	if (!(q > 0.0f)) /* also maps -0 */
-		return 0;
-	if (q > levels)
-		q = levels;
+	q = q < -1.0f ? -1.0f : q;
+	q = q > levels + 1.0f ? levels + 1.0f : q;
+	q = (q + magic) - magic;
+	q = q < 0.0f ? 0.0f : q;
+	q = q > levels ? levels : q;
 	return (uint8_t)q;
 }
+
+/* Unpacks @n codes of @bits each into one byte per code. */
+void kvs_unpack_codes(const uint8_t *packed, size_t n, unsigned bits,
+		      uint8_t *codes);
+
+/* Widens @n elements of @t starting at element @first into @out. */
+void kvs_widen(enum kvs_dtype t, const void *base, size_t first, size_t n,
+	       float *out);
 
 /* Puts @code at index @i of a packed array whose bytes start zeroed. */
 static inline void pack_put(uint8_t *packed, size_t i, unsigned bits,

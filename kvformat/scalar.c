@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kvstash/kvformat.h"
+#include "quant_internal.h"
 
 static inline uint32_t f32_bits(float x)
 {
@@ -16,6 +17,11 @@ static inline uint32_t f32_bits(float x)
 
 	memcpy(&b, &x, sizeof(b));
 	return b;
+}
+
+static inline uint16_t get_le16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
 }
 
 static inline float bits_f32(uint32_t b)
@@ -55,18 +61,15 @@ uint16_t kvs_f32_to_f16(float x)
 
 float kvs_f16_to_f32(uint16_t h)
 {
+	/* Shifting the magnitude into a float's fields reads it with the
+	 * exponent biased 112 too low; scaling by 2^112 fixes that exactly,
+	 * subnormal halves included.  Infinity and NaN keep their pattern. */
+	uint32_t mag = (uint32_t)(h & 0x7fffu) << 13;
 	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-	uint32_t exp = (h >> 10) & 0x1fu;
-	uint32_t mant = h & 0x3ffu;
+	float v = bits_f32(mag) * 0x1p112f;
+	uint32_t b = (h & 0x7c00u) == 0x7c00u ? mag | 0x7f800000u : f32_bits(v);
 
-	if (exp == 0) {
-		float v = ldexpf((float)mant, -24);
-
-		return sign ? -v : v;
-	}
-	if (exp == 31)
-		return bits_f32(sign | 0x7f800000u | (mant << 13));
-	return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+	return bits_f32(b | sign);
 }
 
 uint16_t kvs_f32_to_bf16(float x)
@@ -180,5 +183,25 @@ void kvs_store(enum kvs_dtype t, void *base, size_t i, float x)
 		p[1] = (uint8_t)(b >> 8);
 		p[2] = (uint8_t)(b >> 16);
 		p[3] = (uint8_t)(b >> 24);
+	}
+}
+
+void kvs_widen(enum kvs_dtype t, const void *base, size_t first, size_t n,
+	       float *out)
+{
+	const uint8_t *p = base;
+
+	switch (t) {
+	case KVS_DTYPE_F32:
+		memcpy(out, p + 4 * first, 4 * n);
+		return;
+	case KVS_DTYPE_BF16:
+		for (size_t i = 0; i < n; i++)
+			out[i] = kvs_bf16_to_f32(get_le16(p + 2 * (first + i)));
+		return;
+	case KVS_DTYPE_F16:
+		for (size_t i = 0; i < n; i++)
+			out[i] = kvs_f16_to_f32(get_le16(p + 2 * (first + i)));
+		return;
 	}
 }
