@@ -1,0 +1,71 @@
+/*
+ * testutil.h - small helpers shared by the kvformat format tests: a
+ * deterministic random generator, typed array fills and the error bound a
+ * quantized group must meet.  Header-only (static functions) so each test
+ * program stays a single translation unit.
+ */
+#ifndef KVS_TESTS_KVFORMAT_TESTUTIL_H
+#define KVS_TESTS_KVFORMAT_TESTUTIL_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvstash/kvformat.h"
+
+/* xorshift64*: reproducible across runs and machines. */
+struct test_rng {
+	uint64_t state;
+};
+
+static inline uint64_t test_rng_next(struct test_rng *rng)
+{
+	uint64_t x = rng->state;
+
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	rng->state = x;
+	return x * 0x2545F4914F6CDD1DULL;
+}
+
+/* Uniform in [lo, hi). */
+static inline float test_rng_uniform(struct test_rng *rng, float lo, float hi)
+{
+	double u = (double)(test_rng_next(rng) >> 11) / 9007199254740992.0;
+
+	return (float)(lo + (hi - lo) * u);
+}
+
+/* Unit roundoff of a metadata type: half an ulp, relative. */
+static inline double test_unit_roundoff(enum kvs_dtype t)
+{
+	switch (t) {
+	case KVS_DTYPE_F16:
+		return ldexp(1.0, -11);
+	case KVS_DTYPE_BF16:
+		return ldexp(1.0, -8);
+	default:
+		return ldexp(1.0, -24);
+	}
+}
+
+/*
+ * Largest reconstruction error the contract allows for a group with fp32
+ * extremes @lo, @hi: half a step, plus what rounding the origin and the
+ * step into @meta can add (the origin may move by u|lo|, and the top code
+ * by (2^b - 1) u step), plus fp32 arithmetic slack.
+ */
+static inline double test_group_bound(float lo, float hi, unsigned bits,
+				      enum kvs_dtype meta)
+{
+	double levels = (double)((1u << bits) - 1u);
+	double step = ((double)hi - lo) / levels;
+	double u = test_unit_roundoff(meta);
+	double mag = fabs((double)lo) + fabs((double)hi);
+
+	return step * (0.5 + u) + u * fabs((double)lo) + levels * u * step +
+	       4.0 * ldexp(mag, -24);
+}
+
+#endif
