@@ -67,8 +67,8 @@ out_close:
 static void replay_file(const char *path, struct replay_stats *st)
 {
 	const char *base = strrchr(path, '/');
-	uint8_t *data;
-	size_t len;
+	uint8_t *data = NULL;
+	size_t len = 0;
 	int rc, bad;
 
 	base = base ? base + 1 : path;
