@@ -2,22 +2,70 @@
 # The whole test suite, as CI runs it: install dependencies, build with
 # warnings as errors, run every suite, then build the unit tests again under
 # ASan+UBSan and run them.  Build trees: build-ci/ and build-asan/.
+# Ends with one line "N passed, N failed, N skipped" over both runs (from
+# meson's testlog.json); the exit status is non-zero if anything failed.
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/install-deps.sh
 
+status=0
+jobs=2
+# Stale logs must not count: the summary reads only this run's.
+rm -f build-ci/meson-logs/testlog.json build-asan/meson-logs/testlog.json
+
 meson setup build-ci --wipe -Dwerror=true -Dtests=enabled >/dev/null 2>&1 ||
-	meson setup build-ci -Dwerror=true -Dtests=enabled
-ninja -C build-ci
-meson test -C build-ci --print-errorlogs --num-processes 2
+	meson setup build-ci -Dwerror=true -Dtests=enabled || status=1
+if [ "$status" -eq 0 ]; then
+	ninja -C build-ci -j "$jobs" || status=1
+fi
+if [ "$status" -eq 0 ]; then
+	meson test -C build-ci --print-errorlogs --num-processes "$jobs" ||
+		status=1
+fi
 
 # Sanitizers: CPU code only (CUDA's runtime does not run under ASan here).
+asan_status=0
 meson setup build-asan --wipe -Dwerror=true -Dtests=enabled -Dcuda=disabled \
 	-Db_sanitize=address,undefined -Db_lundef=false -Dfuzz=disabled \
 	>/dev/null 2>&1 ||
 	meson setup build-asan -Dwerror=true -Dtests=enabled -Dcuda=disabled \
-		-Db_sanitize=address,undefined -Db_lundef=false -Dfuzz=disabled
-ninja -C build-asan
-UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-ASAN_OPTIONS=detect_leaks=1 \
-	meson test -C build-asan --suite unit --print-errorlogs --num-processes 2
+		-Db_sanitize=address,undefined -Db_lundef=false \
+		-Dfuzz=disabled || asan_status=1
+if [ "$asan_status" -eq 0 ]; then
+	ninja -C build-asan -j "$jobs" || asan_status=1
+fi
+if [ "$asan_status" -eq 0 ]; then
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	ASAN_OPTIONS=detect_leaks=1 \
+		meson test -C build-asan --suite unit --print-errorlogs \
+			--num-processes "$jobs" || asan_status=1
+fi
+[ "$asan_status" -eq 0 ] || status=1
+
+# One summary line over both runs.  A run that did not get as far as its
+# tests has no testlog.json and counts as one failure, so the line never reads "0 failed" after a broken build.
+python3 - "$status" build-ci build-asan <<'EOF' || status=1
+import json, os, sys
+
+passed = failed = skipped = 0
+for build in sys.argv[2:]:
+    log = os.path.join(build, "meson-logs", "testlog.json")
+    if not os.path.exists(log):
+        failed += 1
+        print("%s: no test log (build or setup failed)" % build)
+        continue
+    with open(log) as f:
+        for line in f:
+            if not line.strip():
+                continue
+            result = json.loads(line).get("result")
+            if result in ("OK", "EXPECTEDFAIL"):
+                passed += 1
+            elif result == "SKIP":
+                skipped += 1
+            else:
+                failed += 1
+print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
+sys.exit(1 if failed or sys.argv[1] != "0" else 0)
+EOF
+exit "$status"

@@ -1,0 +1,474 @@
+#!/usr/bin/env python3
+"""Integration tests of the `kvstash` command line.
+
+Drives the real binary: cli_test.py KVSTASH GROUP, where GROUP is one of
+block, errors, trace, memory, args, demo, bench.  Every check asserts a
+result (exit status, bytes, numbers); the first failure stops the group
+with a message and exit status 1.
+"""
+import json
+import math
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+
+KVSTASH = None
+TMP = None
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def run(*args, expect=None):
+    """Runs kvstash with @args; returns (rc, stdout, stderr)."""
+    p = subprocess.run([KVSTASH] + [str(a) for a in args],
+                       capture_output=True, text=True, timeout=120)
+    if expect is not None and p.returncode != expect:
+        raise Failure("kvstash %s: exit %d, expected %d\nstdout:\n%s\n"
+                      "stderr:\n%s" % (" ".join(map(str, args)),
+                                       p.returncode, expect, p.stdout,
+                                       p.stderr))
+    return p.returncode, p.stdout, p.stderr
+
+
+def path(name):
+    return os.path.join(TMP, name)
+
+
+def write(name, data):
+    with open(path(name), "wb") as f:
+        f.write(data)
+    return path(name)
+
+
+def read(name):
+    with open(path(name), "rb") as f:
+        return f.read()
+
+
+def f16_bits(x):
+    return struct.unpack("<H", struct.pack("<e", x))[0]
+
+
+def bf16_bits(x):
+    """float -> bfloat16 bits, round to nearest even (inputs finite)."""
+    u = struct.unpack("<I", struct.pack("<f", x))[0]
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def encode(values, dtype):
+    if dtype == "f32":
+        return struct.pack("<%df" % len(values), *values)
+    if dtype == "f16":
+        return struct.pack("<%de" % len(values), *values)
+    return struct.pack("<%dH" % len(values),
+                       *[bf16_bits(v) for v in values])
+
+
+def representable(values, dtype):
+    """The values as the file holds them (what the quantizer sees)."""
+    if dtype == "f32":
+        return list(struct.unpack("<%df" % len(values),
+                                  encode(values, dtype)))
+    if dtype == "f16":
+        return list(struct.unpack("<%de" % len(values),
+                                  encode(values, dtype)))
+    return [struct.unpack("<f", struct.pack("<I", b << 16))[0]
+            for b in struct.unpack("<%dH" % len(values),
+                                   encode(values, dtype))]
+
+
+class Case:
+    """One set of generated K/V files and the pack arguments for them."""
+
+    def __init__(self, name, heads=2, dim=64, tokens=64, bits=2, group=32,
+                 meta="fp16", dtype="f32", seed=1, lz4=False):
+        rng = random.Random(seed)
+        n = heads * tokens * dim
+        keys = []
+        for i in range(n):
+            d = i % dim
+            bias = 12.0 if d == 3 else (-9.0 if d == 40 % dim else 0.0)
+            keys.append(bias + rng.gauss(0.0, 1.0))
+        values = [rng.gauss(0.0, 1.0) for _ in range(n)]
+        self.name = name
+        self.heads, self.dim, self.tokens = heads, dim, tokens
+        self.bits, self.group, self.meta, self.dtype = bits, group, meta, \
+            dtype
+        self.keys = representable(keys, dtype)
+        self.values = representable(values, dtype)
+        self.ids = [rng.randrange(0, 1 << 32) for _ in range(tokens)]
+        self.k_file = write(name + ".k", encode(keys, dtype))
+        self.v_file = write(name + ".v", encode(values, dtype))
+        self.id_file = write(name + ".ids",
+                             struct.pack("<%dI" % tokens, *self.ids))
+        self.block = path(name + ".blk")
+        self.lz4 = lz4
+
+    def pack_args(self, **over):
+        args = {
+            "kv-heads": self.heads, "head-dim": self.dim,
+            "tokens": self.tokens, "bits": self.bits, "group": self.group,
+            "meta": self.meta, "dtype": self.dtype, "keys": self.k_file,
+            "values": self.v_file, "token-ids": self.id_file,
+            "out": self.block,
+        }
+        args.update(over)
+        out = ["block", "pack"]
+        for k, v in args.items():
+            if v is not None:
+                out += ["--" + k, v]
+        if self.lz4:
+            out.append("--lz4")
+        return out
+
+    def index(self, h, t, d):
+        return (h * self.tokens + t) * self.dim + d
+
+
+def group_bound(xs, bits):
+    """Largest reconstruction error the contract allows for one group:
+    half a step, plus the rounding of origin and step into the metadata
+    type (fp16/bf16: relative 2^-8 is generous for both)."""
+    lo, hi = min(xs), max(xs)
+    step = (hi - lo) / ((1 << bits) - 1)
+    return 0.5 * step + 2.0 ** -7 * (abs(lo) + abs(hi) + step) + 1e-6
+
+
+def check_round_trip(c):
+    run(*c.pack_args(), expect=0)
+    run("block", "verify", c.block, expect=0)
+    run("block", "unpack", c.block, "--keys", path(c.name + ".k32"),
+        "--values", path(c.name + ".v32"), expect=0)
+    n = c.heads * c.tokens * c.dim
+    k_out = struct.unpack("<%df" % n, read(c.name + ".k32"))
+    v_out = struct.unpack("<%df" % n, read(c.name + ".v32"))
+    worst = 0.0
+    # Keys: one group per channel over G consecutive tokens.
+    for h in range(c.heads):
+        for t0 in range(0, c.tokens, c.group):
+            for d in range(c.dim):
+                idx = [c.index(h, t, d) for t in range(t0, t0 + c.group)]
+                bound = group_bound([c.keys[i] for i in idx], c.bits)
+                for i in idx:
+                    err = abs(k_out[i] - c.keys[i])
+                    check(err <= bound, "%s: key h%d t%d d%d error %g > "
+                          "bound %g" % (c.name, h, i // c.dim % c.tokens,
+                                        d, err, bound))
+                    worst = max(worst, err / max(bound, 1e-9))
+    # Values: one group per token over G consecutive channels.
+    for g0 in range(0, n, c.group):
+        idx = range(g0, g0 + c.group)
+        bound = group_bound([c.values[i] for i in idx], c.bits)
+        for i in idx:
+            err = abs(v_out[i] - c.values[i])
+            check(err <= bound, "%s: value %d error %g > bound %g" %
+                  (c.name, i, err, bound))
+    # A 2-bit block that reconstructs nothing would pass no bound; make
+    # sure the error is also not trivially zero everywhere.
+    check(any(k_out[i] != c.keys[i] for i in range(n)),
+          "%s: reconstruction is exact, quantization did not run" % c.name)
+
+
+def inspect_json(block):
+    rc, out, err = run("block", "inspect", block, "--json")
+    try:
+        doc = json.loads(out)
+    except ValueError as e:
+        raise Failure("inspect --json is not JSON (%s):\n%s" % (e, out))
+    return rc, doc
+
+
+def test_block():
+    c = Case("base")
+    rc, out, _ = run(*c.pack_args(), expect=0)
+    check_round_trip(c)
+    rc, doc = inspect_json(c.block)
+    check(rc == 0 and doc["valid"] is True, "inspect: block not valid")
+    ids = [w for w in out.split() if len(w) == 64]
+    check(ids and doc["block_id"] == ids[0],
+          "inspect block_id %s differs from pack's %s" %
+          (doc.get("block_id"), ids))
+    for key in ("block_id", "parent_id", "model_fp"):
+        check(len(doc[key]) == 64 and int(doc[key], 16) >= 0,
+              "inspect: %s is not 64 hex digits" % key)
+    check(doc["parent_id"] == "0" * 64, "no --parent: parent id not zero")
+    check(doc["kind"] == "block" and doc["kv_heads"] == 2 and
+          doc["head_dim"] == 64 and doc["tokens"] == 64 and
+          doc["bits"] == 2 and doc["group"] == 32 and doc["meta"] == "f16",
+          "inspect: header fields wrong: %s" % doc)
+    check(len(doc["sections"]) == 6, "inspect: %d sections" %
+          len(doc["sections"]))
+    check(doc["total_size"] == os.path.getsize(c.block),
+          "inspect: total_size differs from the file size")
+    check(doc["fp16_bytes"] == 2 * 2 * 64 * 64 * 2 and
+          doc["ratio_vs_fp16"] > 3.0, "inspect: ratio %s" %
+          doc["ratio_vs_fp16"])
+    rc, text, _ = run("block", "inspect", c.block, expect=0)
+    check(doc["block_id"] in text and "key_codes" in text,
+          "inspect text lacks the id or the section table")
+
+    # Same inputs, same bytes; another namespace, another id; a parent
+    # and a layer end up in the header.
+    first = read("base.blk")
+    run(*c.pack_args(), expect=0)
+    check(read("base.blk") == first, "pack is not deterministic")
+    parent = doc["block_id"]
+    run(*c.pack_args(namespace="tenant-b", parent=parent, layers=32,
+                     layer=7, out=path("child.blk")), expect=0)
+    _, child = inspect_json(path("child.blk"))
+    check(child["block_id"] != parent, "namespace did not change the id")
+    check(child["parent_id"] == parent and child["layer"] == 7,
+          "parent or layer not recorded: %s" % child)
+
+    # Other parameter combinations, LZ4 included.
+    check_round_trip(Case("f16b4", bits=4, meta="bf16", dtype="f16",
+                          seed=2, lz4=True))
+    check_round_trip(Case("bf16", dtype="bf16", meta="fp32", heads=1,
+                          dim=32, tokens=128, seed=3))
+    c = Case("r", tokens=128, seed=4)
+    run(*c.pack_args(residual=64), expect=0)
+    _, doc = inspect_json(c.block)
+    check(doc["span"] == 128 and doc["residual"] == 64,
+          "--residual not recorded: %s" % doc)
+
+
+def one_line(err, what):
+    lines = [l for l in err.splitlines() if l.strip()]
+    check(len(lines) == 1, "%s: expected one line, got %r" % (what, err))
+    return lines[0]
+
+
+def test_errors():
+    c = Case("err")
+    run(*c.pack_args(), expect=0)
+    _, doc = inspect_json(c.block)
+    good = read("err.blk")
+    sec = {s["name"]: s for s in doc["sections"]}
+
+    def corrupt(name, offset, mask=0x01):
+        data = bytearray(good)
+        data[offset] ^= mask
+        return write(name, bytes(data))
+
+    for name, offset, word in (
+            ("val_codes", sec["val_codes"]["offset"] + 5, "checksum"),
+            ("key_step", sec["key_step"]["offset"] + 1, "checksum"),
+            ("magic", 0, "magic"),
+            ("header", 100, "")):
+        bad = corrupt("bad_%s.blk" % name, offset)
+        rc, out, err = run("block", "verify", bad)
+        check(rc != 0, "verify accepted a block with %s corrupted" % name)
+        line = one_line(err, "verify of corrupted %s" % name)
+        check(word in line.lower(), "verify line for %s does not name the "
+              "check (%s): %s" % (name, word, line))
+        rc, _, _ = run("block", "unpack", bad, "--keys", path("x"),
+                       "--values", path("y"))
+        check(rc != 0, "unpack accepted a block with %s corrupted" % name)
+        check(not os.path.exists(path("x")), "unpack wrote output for a "
+              "corrupted block")
+
+    for cut in (0, 16, 511, 600, len(good) - 1):
+        bad = write("trunc.blk", good[:cut])
+        rc, _, err = run("block", "verify", bad)
+        check(rc != 0, "verify accepted a block truncated to %d" % cut)
+        one_line(err, "verify of a block truncated to %d" % cut)
+    rc, _, err = run("block", "verify", path("missing.blk"))
+    check(rc != 0, "verify of a missing file succeeded")
+    one_line(err, "verify of a missing file")
+
+    # Wrong sizes and non-finite input are refused with a clear message.
+    short = write("short.k", read("err.k")[:-4])
+    rc, _, err = run(*c.pack_args(keys=short, out=path("no.blk")))
+    check(rc != 0 and "expected" in err and "short.k" in err,
+          "wrong-size K.bin not refused clearly: %s" % err)
+    check(not os.path.exists(path("no.blk")), "refused pack left output")
+    short = write("short.ids", read("err.ids")[:-1])
+    rc, _, err = run(*c.pack_args(**{"token-ids": short,
+                                     "out": path("no.blk")}))
+    check(rc != 0 and "expected" in err, "wrong-size ids not refused")
+    for bad_value in (float("nan"), float("inf")):
+        k = bytearray(read("err.k"))
+        k[4 * 77:4 * 78] = struct.pack("<f", bad_value)
+        nan_file = write("nan.k", bytes(k))
+        rc, _, err = run(*c.pack_args(keys=nan_file, out=path("no.blk")))
+        check(rc != 0 and "non-finite" in err and "nan.k" in err and
+              "token 1 channel 13" in err,
+              "%r in K.bin not refused clearly: %s" % (bad_value, err))
+    check(not os.path.exists(path("no.blk")), "refused pack left output")
+    rc, _, err = run(*c.pack_args(tokens=48, out=path("no.blk")))
+    check(rc == 2 and "multiple" in err, "tokens not a multiple of G: %s"
+          % err)
+    rc, _, err = run(*c.pack_args(parent="xyz", out=path("no.blk")))
+    check(rc == 2 and "parent" in err, "bad --parent accepted: %s" % err)
+    rc, _, err = run(*c.pack_args(meta="fp8", out=path("no.blk")))
+    check(rc == 2 and "meta" in err, "bad --meta accepted: %s" % err)
+    rc, _, err = run(*c.pack_args(bits=3, out=path("no.blk")))
+    check(rc == 2, "3-bit accepted: %s" % err)
+
+
+SEED_TABLE = {  # tokens: k_compute_full, k_persist_full, v_compute_full,
+    3: (3, 3, 3, 3),  # v_persist_full (the seed's R=4, G=2 table)
+    4: (4, 0, 4, 4),
+    5: (1, 1, 5, 4),
+    8: (4, 0, 5, 4),
+    9: (1, 1, 5, 4),
+}
+
+
+def test_trace():
+    _, out, _ = run("trace", "--residual", 4, "--group", 2, "--steps", 9,
+                    "--json", expect=0)
+    rows = json.loads(out)
+    check(len(rows) == 9, "trace: %d rows" % len(rows))
+    keys = ("tokens", "k_compute_quant", "k_compute_full",
+            "k_persist_quant", "k_persist_full", "v_compute_quant",
+            "v_compute_full", "v_persist_quant", "v_persist_full")
+    for i, row in enumerate(rows):
+        check(sorted(row) == sorted(keys), "trace row keys: %s" % row)
+        check(row["tokens"] == i + 1, "trace row %d tokens" % i)
+        t = row["tokens"]
+        for part in ("k_compute", "k_persist", "v_compute", "v_persist"):
+            check(row[part + "_quant"] + row[part + "_full"] == t,
+                  "trace step %d: %s does not cover all tokens" % (t, part))
+        if t in SEED_TABLE:
+            got = (row["k_compute_full"], row["k_persist_full"],
+                   row["v_compute_full"], row["v_persist_full"])
+            check(got == SEED_TABLE[t], "trace step %d: %s, seed says %s" %
+                  (t, got, SEED_TABLE[t]))
+    _, text, _ = run("trace", "--residual", 4, "--group", 2, "--steps", 9,
+                     expect=0)
+    check("8+1" in text and "4+5" in text, "trace text lacks step 9:\n" +
+          text)
+    _, out, _ = run("trace", "--residual", 4, "--group", 2, "--steps", 9,
+                    "--order", "paper", "--json", expect=0)
+    check(len(json.loads(out)) == 9, "paper trace rows")
+    _, out, _ = run("trace", "--residual", 128, "--group", 32, "--steps",
+                    0, "--json", expect=0)
+    check(json.loads(out) == [], "zero steps is an empty array")
+    rc, _, err = run("trace", "--residual", 3, "--group", 2, "--steps", 4)
+    check(rc == 2 and err, "R not a multiple of G accepted")
+    rc, _, err = run("trace", "--residual", 4, "--group", 2, "--steps", 4,
+                     "--order", "fifo")
+    check(rc == 2 and "order" in err, "bad --order accepted")
+
+
+def test_memory():
+    _, out, _ = run("memory", "--tokens", 4096, "--head-dim", 128,
+                    "--group", 32, "--residual", 128, "--bits", 2,
+                    "--meta-bytes", 2, "--float-bytes", 2, "--json",
+                    expect=0)
+    m = json.loads(out)
+    check(m["quantized_bytes"] == 387072 and m["residual_bytes"] == 32768
+          and m["total_bytes"] == 419840,
+          "memory: seed example gives %s" % m)
+    check(m["format_bytes"] >= m["total_bytes"],
+          "format bytes %s below the formula %s" % (m["format_bytes"],
+                                                    m["total_bytes"]))
+    _, out, _ = run("memory", "--tokens", 4096, "--head-dim", 128,
+                    "--group", 32, "--residual", 128, "--bits", 2,
+                    "--meta-bytes", 2, "--float-bytes", 2, "--layers", 2,
+                    "--kv-heads", 4, "--batch", 3, "--json", expect=0)
+    m2 = json.loads(out)
+    check(m2["total_bytes"] == 24 * 419840, "memory x24: %s" % m2)
+    _, text, _ = run("memory", "--tokens", 4096, "--head-dim", 128,
+                     "--group", 32, "--residual", 128, "--bits", 2,
+                     "--meta-bytes", 2, "--float-bytes", 2, expect=0)
+    check("410.0 KiB" in text and "378.0 KiB" in text and
+          "2.00 MiB" in text, "memory text:\n" + text)
+    rc, _, err = run("memory", "--tokens", 4096, "--head-dim", 128,
+                     "--group", 32, "--residual", 100, "--bits", 2,
+                     "--meta-bytes", 2, "--float-bytes", 2)
+    check(rc == 2 and err, "R not a multiple of G accepted by memory")
+
+
+def test_args():
+    cases = [
+        [],
+        ["frobnicate"],
+        ["block"],
+        ["block", "frob"],
+        ["block", "pack"],
+        ["block", "verify"],
+        ["block", "verify", "a", "b"],
+        ["block", "inspect", "--yaml", "x"],
+        ["block", "unpack", "x.blk", "--keys", "k"],
+        ["trace", "--residual", "4", "--group", "2"],
+        ["trace", "--residual", "four", "--group", "2", "--steps", "3"],
+        ["trace", "--residual", "-4", "--group", "2", "--steps", "3"],
+        ["trace", "--residual", "4", "--group", "2", "--steps"],
+        ["trace", "--residual", "4", "--residual", "4", "--group", "2",
+         "--steps", "3"],
+        ["trace", "--residual", "99999999999", "--group", "2", "--steps",
+         "3"],
+        ["memory", "--tokens", "10"],
+        ["demo", "extra"],
+        ["bench", "format", "--seconds", "x"],
+        ["bench", "nothing"],
+    ]
+    for args in cases:
+        rc, out, err = run(*args)
+        check(rc == 2, "kvstash %s: exit %d, expected 2" %
+              (" ".join(args), rc))
+        check(err.strip(), "kvstash %s: no message" % " ".join(args))
+    for args in (["--help"], ["block", "--help"], ["block", "pack", "-h"],
+                 ["trace", "--help"], ["memory", "--help"]):
+        rc, out, _ = run(*args, expect=0)
+        check("usage" in out, "kvstash %s: no usage" % " ".join(args))
+    _, out, _ = run("trace", "--residual=4", "--group=2", "--steps=5",
+                    "--json", expect=0)
+    check(len(json.loads(out)) == 5, "--name=value form")
+
+
+def test_demo():
+    _, first, _ = run("demo", expect=0)
+    _, second, _ = run("demo", expect=0)
+    check(first == second, "demo output differs between runs")
+    for word in ("verify   ok", "refused", "relative", "fp16", "410 KiB"):
+        check(word in first, "demo output lacks %r:\n%s" % (word, first))
+
+
+def test_bench():
+    _, out, _ = run("bench", "format", "--heads", 2, "--head-dim", 64,
+                    "--tokens", 64, "--seconds", 0.2, expect=0)
+    for op in ("memcpy", "pack", "unpack", "verify"):
+        check(any(l.startswith(op) for l in out.splitlines()),
+              "bench output lacks %s:\n%s" % (op, out))
+
+
+GROUPS = {
+    "block": test_block, "errors": test_errors, "trace": test_trace,
+    "memory": test_memory, "args": test_args, "demo": test_demo,
+    "bench": test_bench,
+}
+
+
+def main():
+    global KVSTASH, TMP
+    if len(sys.argv) != 3 or sys.argv[2] not in GROUPS:
+        print("usage: cli_test.py KVSTASH {%s}" % ",".join(GROUPS),
+              file=sys.stderr)
+        return 2
+    KVSTASH = os.path.abspath(sys.argv[1])
+    with tempfile.TemporaryDirectory(prefix="kvstash-cli-") as tmp:
+        TMP = tmp
+        try:
+            GROUPS[sys.argv[2]]()
+        except Failure as e:
+            print("FAIL: %s" % e, file=sys.stderr)
+            return 1
+    print("ok: %s" % sys.argv[2])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
