@@ -353,17 +353,26 @@ static int write_all(int fd, const uint8_t *buf, size_t len)
 	return 0;
 }
 
+/* open(2) for writing; the descriptor or -errno after printing why. */
+static int open_for_write(const char *cmd, const char *path, int flags)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0644);
+
+	if (fd < 0) {
+		fd = -errno;
+		kvs_cli_error(cmd, "%s: %s", path, strerror(-fd));
+	}
+	return fd;
+}
+
 static int write_in_place(const char *cmd, const char *path,
 			  const void *buf, size_t len)
 {
 	int fd, rc;
 
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		rc = -errno;
-		kvs_cli_error(cmd, "%s: %s", path, strerror(-rc));
-		return rc;
-	}
+	fd = open_for_write(cmd, path, O_TRUNC);
+	if (fd < 0)
+		return fd;
 	rc = write_all(fd, buf, len);
 	if (rc != 0)
 		kvs_cli_error(cmd, "%s: write: %s", path, strerror(-rc));
@@ -384,10 +393,9 @@ int kvs_cli_write_file(const char *cmd, const char *path, const void *buf,
 		kvs_cli_error(cmd, "%s: out of memory", path);
 		return -ENOMEM;
 	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	fd = open_for_write(cmd, tmp, O_EXCL);
 	if (fd < 0) {
-		rc = -errno;
-		kvs_cli_error(cmd, "%s: %s", tmp, strerror(-rc));
+		rc = fd;
 		goto free_tmp;
 	}
 	rc = write_all(fd, buf, len);

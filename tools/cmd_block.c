@@ -327,6 +327,29 @@ release_inputs:
 	return rc == 0 ? KVS_EXIT_OK : KVS_EXIT_FAIL;
 }
 
+/* Parses a subcommand that takes exactly one BLOCK word. */
+static int parse_block_arg(const char *cmd, int argc, char **argv,
+			   struct kvs_cli_opt *opts, size_t n_opts,
+			   const char **path)
+{
+	size_t n_pos;
+	int rc;
+
+	rc = kvs_cli_parse(cmd, argc, argv, opts, n_opts, path, 1, &n_pos);
+	if (rc == 0 && n_pos != 1) {
+		kvs_cli_error(cmd, "which block? (BLOCK missing)");
+		rc = -KVS_EPARAM;
+	}
+	return rc;
+}
+
+/* The one line that names the failed check of an invalid object. */
+static void report_check(const char *cmd, const char *path, int err)
+{
+	kvs_cli_error(cmd, "%s: failed check '%s': %s", path,
+		      kvs_check_name(err), kvs_strerror(err));
+}
+
 /* Reads @path and validates it fully; prints one line naming the failed
  * check.  @view released by the caller on success. */
 static int open_block(const char *cmd, const char *path, uint8_t **buf,
@@ -344,8 +367,7 @@ static int open_block(const char *cmd, const char *path, uint8_t **buf,
 		rc = -KVS_EKIND;
 	}
 	if (rc != 0) {
-		kvs_cli_error(cmd, "%s: %s check failed: %s", path,
-			      kvs_check_name(rc), kvs_strerror(rc));
+		report_check(cmd, path, rc);
 		free(*buf);
 		*buf = NULL;
 	}
@@ -362,15 +384,10 @@ static int block_unpack(int argc, char **argv)
 	struct kvs_view view;
 	float *keys, *values;
 	uint8_t *buf;
-	size_t n_pos, count;
+	size_t count;
 	int rc;
 
-	rc = kvs_cli_parse("block unpack", argc, argv, opts, 2, &path, 1,
-			   &n_pos);
-	if (rc == 0 && n_pos != 1) {
-		kvs_cli_error("block unpack", "which block? (BLOCK missing)");
-		rc = -KVS_EPARAM;
-	}
+	rc = parse_block_arg("block unpack", argc, argv, opts, 2, &path);
 	if (rc != 0)
 		return kvs_cli_usage(block_usage, rc);
 	rc = open_block("block unpack", path, &buf, &view);
@@ -529,7 +546,7 @@ static void inspect_text(const struct kvs_header *h, int verify_rc)
 	if (verify_rc == 0)
 		printf("verify      ok\n");
 	else
-		printf("verify      FAILED: %s check: %s\n",
+		printf("verify      FAILED check '%s': %s\n",
 		       kvs_check_name(verify_rc), kvs_strerror(verify_rc));
 }
 
@@ -541,24 +558,18 @@ static int block_inspect(int argc, char **argv)
 	};
 	struct kvs_header hdr;
 	const char *path;
-	size_t n_pos, len;
+	size_t len;
 	uint8_t *buf;
 	int rc, verify_rc;
 
-	rc = kvs_cli_parse("block inspect", argc, argv, opts, 1, &path, 1,
-			   &n_pos);
-	if (rc == 0 && n_pos != 1) {
-		kvs_cli_error("block inspect", "which block? (BLOCK missing)");
-		rc = -KVS_EPARAM;
-	}
+	rc = parse_block_arg("block inspect", argc, argv, opts, 1, &path);
 	if (rc != 0)
 		return kvs_cli_usage(block_usage, rc);
 	if (kvs_cli_read_file("block inspect", path, &buf, &len) != 0)
 		return KVS_EXIT_FAIL;
 	rc = kvs_header_decode(buf, len, 0, &hdr);
 	if (rc != 0) {
-		kvs_cli_error("block inspect", "%s: %s check failed: %s", path,
-			      kvs_check_name(rc), kvs_strerror(rc));
+		report_check("block inspect", path, rc);
 		free(buf);
 		return KVS_EXIT_FAIL;
 	}
@@ -574,16 +585,11 @@ static int block_inspect(int argc, char **argv)
 static int block_verify(int argc, char **argv)
 {
 	const char *path;
-	size_t n_pos, len;
+	size_t len;
 	uint8_t *buf;
 	int rc;
 
-	rc = kvs_cli_parse("block verify", argc, argv, NULL, 0, &path, 1,
-			   &n_pos);
-	if (rc == 0 && n_pos != 1) {
-		kvs_cli_error("block verify", "which block? (BLOCK missing)");
-		rc = -KVS_EPARAM;
-	}
+	rc = parse_block_arg("block verify", argc, argv, NULL, 0, &path);
 	if (rc != 0)
 		return kvs_cli_usage(block_usage, rc);
 	if (kvs_cli_read_file("block verify", path, &buf, &len) != 0)
@@ -591,8 +597,7 @@ static int block_verify(int argc, char **argv)
 	rc = kvs_object_verify(buf, len, 0);
 	free(buf);
 	if (rc != 0) {
-		fprintf(stderr, "%s: %s check failed: %s\n", path,
-			kvs_check_name(rc), kvs_strerror(rc));
+		report_check("block verify", path, rc);
 		return KVS_EXIT_FAIL;
 	}
 	printf("%s: ok\n", path);

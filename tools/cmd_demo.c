@@ -165,7 +165,7 @@ static int demo_corrupt(const uint8_t *obj, size_t len)
 
 static void demo_report_error(const char *what, struct demo_error e)
 {
-	printf("            %-24s max abs %.4f, mean abs %.4f, relative "
+	printf("            %-27s max abs %.4f, mean abs %.4f, relative "
 	       "(L2) %.4f\n", what, e.max_abs, e.mean_abs, e.relative);
 }
 
