@@ -11,9 +11,19 @@ for p in $pkgs; do
 		missing="$missing $p"
 done
 if [ -n "$missing" ]; then
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -q
+	as_root=""
+	if [ "$(id -u)" -ne 0 ]; then
+		if ! command -v sudo >/dev/null 2>&1; then
+			echo "kvstash: run as root to install:$missing" >&2
+			exit 1
+		fi
+		as_root="sudo"
+	fi
+	echo "kvstash: installing:$missing"
+	# env, not export: sudo may drop the environment.
+	$as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
 	# shellcheck disable=SC2086
-	apt-get install -y -q --no-install-recommends $missing
+	$as_root env DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -q --no-install-recommends $missing
 fi
 echo "kvstash: build dependencies present"

@@ -40,19 +40,21 @@ if [ "$asan_status" -eq 0 ]; then
 		meson test -C build-asan --suite unit --print-errorlogs \
 			--num-processes "$jobs" || asan_status=1
 fi
-[ "$asan_status" -eq 0 ] || status=1
 
-# One summary line over both runs.  A run that did not get as far as its
-# tests has no testlog.json and counts as one failure, so the line never reads "0 failed" after a broken build.
-python3 - "$status" build-ci build-asan <<'EOF' || status=1
+# One summary line over both runs.  A run that failed before its tests
+# (no testlog.json) counts as one failure, so the line never reads
+# "0 failed" after a broken build.
+python3 - "build-ci:$status" "build-asan:$asan_status" <<'EOF' || status=1
 import json, os, sys
 
 passed = failed = skipped = 0
-for build in sys.argv[2:]:
+for arg in sys.argv[1:]:
+    build, run_status = arg.rsplit(":", 1)
     log = os.path.join(build, "meson-logs", "testlog.json")
     if not os.path.exists(log):
-        failed += 1
-        print("%s: no test log (build or setup failed)" % build)
+        if run_status != "0":
+            failed += 1
+            print("%s: failed before its tests ran" % build)
         continue
     with open(log) as f:
         for line in f:
@@ -66,6 +68,7 @@ for build in sys.argv[2:]:
             else:
                 failed += 1
 print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
-sys.exit(1 if failed or sys.argv[1] != "0" else 0)
+sys.exit(1 if failed else 0)
 EOF
+[ "$asan_status" -eq 0 ] || status=1
 exit "$status"

@@ -23,13 +23,14 @@
 
 static const char bench_usage[] =
 	"usage: kvstash bench format [--heads H] [--head-dim D] [--tokens N]\n"
-	"                            [--seconds S] [--lz4]\n"
+	"                            [--seconds S] [--lz4] [--only OP]\n"
 	"\n"
 	"One core, medians of repeated samples, GB/s of the fp16 K+V bytes\n"
 	"the block represents (2*H*N*D*2).  Defaults: H=8 D=128 N=128 (one\n"
 	"block of S=R=128 tokens, 2-bit, G=32, fp16 metadata), S=2 seconds\n"
 	"in all.\n"
-	"--lz4 unpacks and verifies an LZ4-compressed block.\n";
+	"--lz4 unpacks and verifies an LZ4-compressed block.  --only runs one\n"
+	"of memcpy, pack, unpack, verify (for profiling with perf).\n";
 
 struct bench_ctx {
 	struct kvs_shape shape;
@@ -278,6 +279,7 @@ int kvs_bench_format(int argc, char **argv)
 {
 	uint32_t heads = 8, dim = 128, tokens = 128;
 	double seconds = 2.0;
+	const char *only = NULL;
 	bool lz4 = false;
 	struct kvs_cli_opt opts[] = {
 		KVS_OPT_U32("heads", &heads, 1, UINT16_MAX, false),
@@ -285,6 +287,7 @@ int kvs_bench_format(int argc, char **argv)
 		KVS_OPT_U32("tokens", &tokens, 1, 1u << 20, false),
 		KVS_OPT_DOUBLE("seconds", &seconds, false),
 		KVS_OPT_FLAG("lz4", &lz4),
+		KVS_OPT_STR("only", &only, false),
 	};
 	struct bench_op ops[] = {
 		{ "memcpy", op_memcpy, 0 },
@@ -303,6 +306,15 @@ int kvs_bench_format(int argc, char **argv)
 		kvs_cli_error("bench format", "--seconds: expected (0, 3600]");
 		rc = -KVS_EPARAM;
 	}
+	if (rc == 0 && only != NULL) {
+		rc = -KVS_EPARAM;
+		for (size_t i = 0; i < n_ops; i++)
+			if (strcmp(only, ops[i].name) == 0)
+				rc = 0;
+		if (rc != 0)
+			kvs_cli_error("bench format", "--only: expected memcpy, "
+				      "pack, unpack or verify, got '%s'", only);
+	}
 	if (rc != 0)
 		return kvs_cli_usage(bench_usage, rc);
 	cpu = pin_to_current_cpu();
@@ -312,8 +324,15 @@ int kvs_bench_format(int argc, char **argv)
 	if (bench_setup(&c, heads, dim, tokens, lz4) != 0)
 		return KVS_EXIT_FAIL;
 	for (size_t i = 0; i < n_ops && rc == 0; i++)
-		rc = measure(&c, &ops[i], seconds * 1e9 / (double)n_ops);
-	if (rc == 0) {
+		if (only == NULL || strcmp(only, ops[i].name) == 0)
+			rc = measure(&c, &ops[i], only != NULL ? seconds * 1e9 :
+				     seconds * 1e9 / (double)n_ops);
+	for (size_t i = 0; rc == 0 && only != NULL && i < n_ops; i++)
+		if (strcmp(only, ops[i].name) == 0)
+			printf("%s: median %.2f us, %.2f GB/s of fp16 K+V\n",
+			       only, ops[i].median_ns / 1e3,
+			       (double)c.fp16_bytes / ops[i].median_ns);
+	if (rc == 0 && only == NULL) {
 		bench_report(&c, ops, n_ops, cpu);
 		verify_gbs = (double)c.fp16_bytes / ops[n_ops - 1].median_ns;
 		printf("verify target >= %.1f GB/s: %s\n", VERIFY_TARGET_GBS,
