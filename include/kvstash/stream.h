@@ -142,6 +142,25 @@ uint32_t kvs_stream_block_count(const struct kvs_stream *st);
 const struct kvs_view *kvs_stream_block(const struct kvs_stream *st,
 					uint32_t i);
 
+/*
+ * kvs_stream_block_data - the encoded bytes of finished block @i (what
+ * kvs_block_seal gives for the same tokens and ident).  Owned by the
+ * stream, valid until kvs_stream_destroy; NULL when @i is out of range.
+ * @len (optional) receives the byte count.
+ */
+const uint8_t *kvs_stream_block_data(const struct kvs_stream *st, uint32_t i,
+				     size_t *len);
+
+/*
+ * Namespace of the span ids a stream gives its blocks: with no token ids
+ * available, block i's id is kvs_span_id(KVS_STREAM_POSITION_NS, model_fp,
+ * parent, positions i*S .. i*S+S-1) where parent is block i-1's id, and for
+ * block 0 the config's ident.parent_id (NULL when all-zero).  Position ids
+ * say nothing about content: a caller that publishes stream blocks must
+ * make them unique (a per-request ident.parent_id) or re-id them.
+ */
+#define KVS_STREAM_POSITION_NS "kvstash.stream.positions"
+
 /* Encodes the residual tail (the prefill->decode handoff object); *out is
  * malloc'd and owned by the caller. */
 int kvs_stream_tail(const struct kvs_stream *st, enum kvs_dtype dtype,

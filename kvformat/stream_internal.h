@@ -1,0 +1,28 @@
+/*
+ * stream_internal - the residual length state machine shared by kvs_trace
+ * (lengths only) and the stream (real K/V), so both follow one rule.
+ */
+#ifndef KVSTASH_STREAM_INTERNAL_H
+#define KVSTASH_STREAM_INTERNAL_H
+
+#include <stdint.h>
+
+#include "kvstash/stream.h"
+
+/* Persisted lengths: tokens seen, Keys and Values in the history. */
+struct kvs_lengths {
+	uint32_t tokens;
+	uint32_t k_quant;
+	uint32_t v_quant;
+};
+
+/*
+ * kvs_lengths_advance - one single-token decode step: fills @row with the
+ * lengths the current computation uses (per @order) and those persisted
+ * after it, and moves @len to the persisted state.  @residual > 0 and
+ * len->tokens < UINT32_MAX are the caller's to ensure.
+ */
+void kvs_lengths_advance(struct kvs_lengths *len, uint32_t residual,
+			 enum kvs_order order, struct kvs_trace_row *row);
+
+#endif
