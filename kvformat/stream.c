@@ -701,6 +701,14 @@ int kvs_stream_tail(const struct kvs_stream *st, enum kvs_dtype dtype,
 	val_first = st->len.v_quant < key_first ? st->len.v_quant : key_first;
 	r_k = T - key_first;
 	r_v = T - val_first;
+	if (r_k >= st->shape.residual || r_v > st->shape.residual) {
+		/* Only when S > R and the open block holds sealed Keys: a
+		 * tail carries at most R - 1 Key and R Value rows. */
+		kvs_log(KVS_LOG_ERR,
+			"stream tail: %u Key rows outside finished blocks exceed R - 1 = %u (S > R, open block)",
+			r_k, st->shape.residual - 1);
+		return -KVS_EPARAM;
+	}
 
 	memset(&ident, 0, sizeof(ident));
 	memcpy(ident.model_fp, st->ident.model_fp, KVS_ID_SIZE);

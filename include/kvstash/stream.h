@@ -161,8 +161,14 @@ const uint8_t *kvs_stream_block_data(const struct kvs_stream *st, uint32_t i,
  */
 #define KVS_STREAM_POSITION_NS "kvstash.stream.positions"
 
-/* Encodes the residual tail (the prefill->decode handoff object); *out is
- * malloc'd and owned by the caller. */
+/*
+ * kvs_stream_tail - encode the residual tail (the prefill->decode handoff
+ * object): Key rows of the tokens not in a finished block and Value rows
+ * from the older of that point and the Value FIFO's start; with S == R
+ * exactly r_K = T mod R and r_V = min(T, R).  With S > R and sealed Keys
+ * in the unfinished block they do not fit a tail: -KVS_EPARAM.
+ * *out is malloc'd and owned by the caller.
+ */
 int kvs_stream_tail(const struct kvs_stream *st, enum kvs_dtype dtype,
 		    uint8_t **out, size_t *out_len);
 
