@@ -148,9 +148,10 @@ static int pack_shape(const struct pack_args *a, struct kvs_shape *shape,
 	shape->span = a->tokens;
 	shape->residual = a->residual;
 	if (kvs_shape_check(shape) != 0) {
-		kvs_cli_error("block pack", "invalid shape: bits 2 or 4, "
-			      "group a power of two dividing --head-dim and "
-			      "--residual, --tokens a multiple of --residual");
+		kvs_cli_error("block pack", "invalid shape: needs bits 2 or "
+			      "4, group a power of two >= 2 dividing --head-dim "
+			      "and --residual, --tokens a multiple of "
+			      "--residual, and at most 2^30 codes (H*N*D)");
 		return -KVS_EPARAM;
 	}
 	memset(ident, 0, sizeof(*ident));
@@ -286,8 +287,7 @@ static int block_pack(int argc, char **argv)
 		fputs(block_usage, stderr);
 		return KVS_EXIT_USAGE;
 	}
-	/* The layout fits in 32 bits, so H*N*D codes do; the raw input is at
-	 * most 4 bytes per code. */
+	/* kvs_shape_check bounds H*N*D to 2^30, so sizes cannot overflow. */
 	kv_bytes = (size_t)a.kv_heads * a.tokens * a.head_dim *
 		   kvs_dtype_size(dtype);
 	f16_bytes = kv_bytes / kvs_dtype_size(dtype) * 2 * 2;

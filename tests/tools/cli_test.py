@@ -305,6 +305,13 @@ def test_errors():
               "token 1 channel 13" in err,
               "%r in K.bin not refused clearly: %s" % (bad_value, err))
     check(not os.path.exists(path("no.blk")), "refused pack left output")
+    k = bytearray(read("err.k"))
+    k[0:4] = struct.pack("<f", 1.0e6)  # beyond fp16's 65504
+    big = write("big.k", bytes(k))
+    rc, _, err = run(*c.pack_args(keys=big, out=path("no.blk")))
+    check(rc != 0 and "fp32" in err, "fp16 metadata overflow not refused "
+          "clearly: %s" % err)
+    run(*c.pack_args(keys=big, meta="fp32", out=path("big.blk")), expect=0)
     rc, _, err = run(*c.pack_args(tokens=48, out=path("no.blk")))
     check(rc == 2 and "multiple" in err, "tokens not a multiple of G: %s"
           % err)
