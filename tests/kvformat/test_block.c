@@ -666,10 +666,16 @@ static void test_every_byte_corruption(void **state)
 	tiny_shape(&sh);
 	seal_block(&s, &sh, KVS_DTYPE_F16, 0, 99);
 	flip_every_byte(s.obj, s.len);
-	assert_int_equal(kvs_object_compress(s.obj, s.len, &lz, &lz_len), 0);
-	flip_every_byte(lz, lz_len);
-	free(lz);
 	sealed_free(&s);
+
+	/* 4 bits, two groups per token, fp32 metadata. */
+	sh.bits = 4;
+	sh.group = 16;
+	sh.meta_type = KVS_DTYPE_F32;
+	seal_block(&s, &sh, KVS_DTYPE_BF16, 0, 98);
+	flip_every_byte(s.obj, s.len);
+	sealed_free(&s);
+	tiny_shape(&sh);
 
 	/* A compressible block: LZ4 sections and their decoder in play. */
 	sh.meta_type = KVS_DTYPE_BF16;
@@ -852,6 +858,46 @@ static void test_lz4_length_error(void **state)
 	free(flat);
 }
 
+/* Non-finite residual values are refused like non-finite metadata; a
+ * failed open leaves the caller's view alone; the fuzzing flag skips
+ * exactly the checksums. */
+static void test_tail_meta_and_flags(void **state)
+{
+	struct kvs_shape sh;
+	struct kvs_ident id;
+	struct kvs_view v;
+	uint16_t rows[3 * 32];
+	uint8_t *obj;
+	size_t len;
+	uint32_t off;
+
+	(void)state;
+	tiny_shape(&sh);
+	test_ident_fill(&id);
+	for (int i = 0; i < 3 * 32; i++)
+		kvs_store(KVS_DTYPE_BF16, rows, i, (float)i / 8.0f);
+	assert_int_equal(kvs_tail_encode(&sh, &id, KVS_DTYPE_BF16, 2, 3, rows,
+					 rows, 0, &obj, &len),
+			 0);
+	off = sec_offset(obj, KVS_SEC_VAL_RESID);
+	put_le(obj + off + 2 * 40, 0x7FC0, 2); /* bf16 NaN */
+	fix_section_sum(obj, KVS_SEC_VAL_RESID);
+	fix_header_sum(obj);
+	memset(&v, 0x5A, sizeof(v));
+	assert_int_equal(kvs_object_open(obj, len, 0, &v), -KVS_EMETA);
+	assert_int_equal(v.hdr.version, 0x5A5A);
+	assert_true(v.owned == (uint8_t *)(uintptr_t)0x5A5A5A5A5A5A5A5AULL);
+	put_le(obj + off + 2 * 40, 0x3F80, 2); /* 1.0 */
+	assert_int_equal(kvs_object_verify(obj, len, 0), -KVS_ESECTSUM);
+	assert_int_equal(kvs_object_verify(obj, len, KVS_VERIFY_NO_CHECKSUMS),
+			 0);
+	obj[FMT_HDR_CHECKSUM] ^= 1;
+	assert_int_equal(kvs_object_verify(obj, len, 0), -KVS_EHDRSUM);
+	assert_int_equal(kvs_object_verify(obj, len, KVS_VERIFY_NO_CHECKSUMS),
+			 0);
+	free(obj);
+}
+
 static void test_strerror_names_every_code(void **state)
 {
 	(void)state;
@@ -886,6 +932,7 @@ int main(void)
 		cmocka_unit_test(test_every_truncation),
 		cmocka_unit_test(test_error_order),
 		cmocka_unit_test(test_lz4_length_error),
+		cmocka_unit_test(test_tail_meta_and_flags),
 		cmocka_unit_test(test_strerror_names_every_code),
 	};
 
