@@ -92,7 +92,8 @@ struct kvs_backend_ops {
 	int (*attend)(const struct kvs_attn *args);
 };
 
-/* The CPU reference backend (always present). */
+/* The CPU reference backend (always present, static, never freed).  Its
+ * attention accumulates logits, softmax and output in double. */
 const struct kvs_backend_ops *kvs_backend_cpu(void);
 
 /* ---- the stream ------------------------------------------------------ */
@@ -103,7 +104,9 @@ struct kvs_stream_config {
 	struct kvs_shape shape;       /* span S, residual R, group, bits... */
 	enum kvs_order order;
 	uint32_t q_heads;             /* multiple of shape.kv_heads */
-	const struct kvs_backend_ops *backend; /* NULL: CPU reference */
+	const struct kvs_backend_ops *backend; /* NULL: CPU reference; the
+						  stream hands every op host
+						  memory */
 	struct kvs_ident ident;       /* model_fp, layer; ids derived per
 					 block from token ids when given */
 };

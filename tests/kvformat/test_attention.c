@@ -191,7 +191,8 @@ static void run_random_case(uint64_t *seed, const struct random_case *rc)
 	uint32_t tokens = rc->k_quant + rc->k_resid;
 	uint32_t hist = rc->blocks * S, stride = tokens + 3, b, t, h;
 	size_t row = (size_t)H * D, all = (size_t)(hist + tokens) * row;
-	float *k = malloc(sizeof(float) * all), *v = malloc(sizeof(float) * all);
+	float *k = malloc(sizeof(float) * all);
+	float *v = malloc(sizeof(float) * all);
 	float *khat = malloc(sizeof(float) * all);
 	float *vhat = malloc(sizeof(float) * all);
 	float *kr = malloc(sizeof(float) * H * stride * D);
@@ -220,7 +221,8 @@ static void run_random_case(uint64_t *seed, const struct random_case *rc)
 	/* The cache seen: dequantized rows below each boundary, the
 	 * original rows above; residual rows copied with a stride. */
 	for (t = 0; t < tokens; t++) {
-		float *kt = khat + (size_t)t * row, *vt = vhat + (size_t)t * row;
+		float *kt = khat + (size_t)t * row;
+		float *vt = vhat + (size_t)t * row;
 
 		if (t >= rc->k_quant)
 			memcpy(kt, k + (size_t)t * row, sizeof(float) * row);

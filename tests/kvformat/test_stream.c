@@ -280,11 +280,12 @@ static void test_against_dense(void **state)
 		uint32_t prefills[] = { 0, 1, c->residual - 1, c->residual,
 					c->span + c->residual / 2 + 1 };
 
+		uint32_t steps = 2 * c->span + c->residual + 2;
+
 		for (o = 0; o < 2; o++)
 			for (p = 0; p < 5; p++)
 				drive(c, o ? KVS_ORDER_PAPER : KVS_ORDER_KIVI,
-				      prefills[p], 2 * c->span + c->residual + 2,
-				      &seed);
+				      prefills[p], steps, &seed);
 	}
 }
 
@@ -342,6 +343,63 @@ static void test_failed_step_changes_nothing(void **state)
 	}
 }
 
+/* A backend that counts its calls and hands them to the CPU one: the
+ * stream computes and seals only through the configured ops. */
+static unsigned seal_calls, attend_calls;
+
+static int counting_seal(const struct kvs_shape *shape,
+			 const struct kvs_ident *ident, enum kvs_dtype in_dtype,
+			 const void *keys, const void *values, uint8_t *image)
+{
+	seal_calls++;
+	return kvs_backend_cpu()->seal(shape, ident, in_dtype, keys, values,
+				       image);
+}
+
+static int counting_attend(const struct kvs_attn *args)
+{
+	attend_calls++;
+	return kvs_backend_cpu()->attend(args);
+}
+
+static void test_backend_ops(void **state)
+{
+	static const struct kvs_backend_ops counting = {
+		.name = "counting",
+		.seal = counting_seal,
+		.attend = counting_attend,
+	};
+	const struct stream_case *c = &cases[2]; /* R = 16, S = 48 */
+	uint64_t seed = 0xc0047ull;
+	size_t qn;
+	struct run r;
+	uint32_t t;
+
+	(void)state;
+	run_init(&r, c, KVS_ORDER_KIVI, 100, &seed);
+	kvs_stream_destroy(r.st);
+	r.cfg.backend = &counting;
+	assert_int_equal(kvs_stream_create(&r.cfg, &r.st), 0);
+	qn = (size_t)r.q_heads * r.D;
+	assert_int_equal(kvs_stream_prefill(r.st, r.q, r.k, r.v, 20, r.out),
+			 0);
+	/* One causal attention per prompt token, one seal of R Keys. */
+	assert_int_equal(attend_calls, 20);
+	assert_int_equal(seal_calls, 1);
+	for (t = 20; t < 100; t++)
+		assert_int_equal(kvs_stream_step(r.st, r.q + t * qn,
+						 r.k + t * r.row,
+						 r.v + t * r.row, r.out, NULL),
+				 0);
+	/* One attention per step; a seal at every R Keys (each rebuilds the
+	 * open block's image until S Keys finish it). */
+	assert_int_equal(attend_calls, 100);
+	assert_int_equal(seal_calls, 100 / 16);
+	assert_int_equal(kvs_stream_block_count(r.st), 2);
+	check_blocks(&r);
+	run_free(&r);
+}
+
 static void test_bad_arguments(void **state)
 {
 	const struct stream_case *c = &cases[1];
@@ -396,6 +454,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_against_dense),
 		cmocka_unit_test(test_failed_step_changes_nothing),
+		cmocka_unit_test(test_backend_ops),
 		cmocka_unit_test(test_bad_arguments),
 	};
 

@@ -72,13 +72,15 @@ static inline void dense_attend(uint32_t q_heads, uint32_t kv_heads,
 		uint32_t h = qh / ratio;
 		double peak = -INFINITY, sum = 0.0;
 
+		const float *qv = q + (size_t)qh * head_dim;
+
 		for (t = 0; t < tokens; t++) {
 			const float *k = keys +
 				((size_t)t * kv_heads + h) * head_dim;
 			double s = 0.0;
 
 			for (d = 0; d < head_dim; d++)
-				s += (double)q[(size_t)qh * head_dim + d] * k[d];
+				s += (double)qv[d] * k[d];
 			logit[t] = s * scale;
 			if (logit[t] > peak)
 				peak = logit[t];

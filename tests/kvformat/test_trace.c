@@ -71,8 +71,10 @@ static void check_invariants(uint32_t R, uint32_t G, enum kvs_order order,
 		assert_true(r->v_compute_full <= R + 1);
 		assert_true(r->k_compute_full <= R);
 		if (order == KVS_ORDER_PAPER) {
-			assert_int_equal(r->k_compute_quant, r->k_persist_quant);
-			assert_int_equal(r->v_compute_quant, r->v_persist_quant);
+			assert_int_equal(r->k_compute_quant,
+					 r->k_persist_quant);
+			assert_int_equal(r->v_compute_quant,
+					 r->v_persist_quant);
 		} else {
 			/* kivi computes before the seal and the pop: with
 			 * the state persisted by the previous step. */
@@ -99,8 +101,10 @@ static void test_paper_order(void **state)
 	check_invariants(4, 2, KVS_ORDER_PAPER, paper, 9);
 	for (i = 0; i < 9; i++) {
 		/* Same persisted state; computing after the update. */
-		assert_int_equal(paper[i].k_persist_full, kivi[i].k_persist_full);
-		assert_int_equal(paper[i].v_persist_full, kivi[i].v_persist_full);
+		assert_int_equal(paper[i].k_persist_full,
+				 kivi[i].k_persist_full);
+		assert_int_equal(paper[i].v_persist_full,
+				 kivi[i].v_persist_full);
 	}
 	/* Token 4 seals the Keys before the logits: none in full precision. */
 	assert_int_equal(paper[3].k_compute_full, 0);
