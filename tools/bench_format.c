@@ -312,8 +312,9 @@ int kvs_bench_format(int argc, char **argv)
 			if (strcmp(only, ops[i].name) == 0)
 				rc = 0;
 		if (rc != 0)
-			kvs_cli_error("bench format", "--only: expected memcpy, "
-				      "pack, unpack or verify, got '%s'", only);
+			kvs_cli_error("bench format", "--only: expected "
+				      "memcpy, pack, unpack or verify, got "
+				      "'%s'", only);
 	}
 	if (rc != 0)
 		return kvs_cli_usage(bench_usage, rc);

@@ -149,9 +149,9 @@ static int pack_shape(const struct pack_args *a, struct kvs_shape *shape,
 	shape->residual = a->residual;
 	if (kvs_shape_check(shape) != 0) {
 		kvs_cli_error("block pack", "invalid shape: needs bits 2 or "
-			      "4, group a power of two >= 2 dividing --head-dim "
-			      "and --residual, --tokens a multiple of "
-			      "--residual, and at most 2^30 codes (H*N*D)");
+			      "4, group a power of two >= 2 dividing "
+			      "--head-dim and --residual, --tokens a multiple "
+			      "of --residual, and at most 2^30 codes (H*N*D)");
 		return -KVS_EPARAM;
 	}
 	memset(ident, 0, sizeof(*ident));

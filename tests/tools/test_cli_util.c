@@ -1,0 +1,248 @@
+/*
+ * test_cli_util.c - unit tests of the command-line helpers (tools/cli_util):
+ * integers and capacities, the option table parser, file read/write and
+ * the JSON writer's exact output.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cli_util.h"
+#include "kvstash/error.h"
+
+static void test_sizes(void **state)
+{
+	static const struct {
+		const char *text;
+		uint64_t bytes;
+	} good[] = {
+		{ "0", 0 },         { "4096", 4096 },
+		{ "64K", 65536 },   { "64k", 65536 },
+		{ "1M", 1 << 20 },  { "2G", 2ull << 30 },
+		{ "1T", 1ull << 40 }, { "16KiB", 16384 },
+		{ "3kb", 3072 },    { "7B", 7 },
+	};
+	static const char *const bad[] = {
+		"", "K", "-1", "+1", " 1", "1.5G", "1X", "1KX", "1KiBs",
+		"20000000T", "99999999999999999999",
+	};
+	uint64_t v;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		v = 12345;
+		assert_int_equal(kvs_cli_parse_size("t", "size", good[i].text,
+						    &v), 0);
+		assert_int_equal(v, good[i].bytes);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		v = 12345;
+		assert_int_equal(kvs_cli_parse_size("t", "size", bad[i], &v),
+				 -KVS_EPARAM);
+		assert_int_equal(v, 12345); /* untouched on error */
+	}
+}
+
+static void test_integers(void **state)
+{
+	uint64_t v = 0;
+
+	(void)state;
+	assert_int_equal(kvs_cli_parse_u64("t", "n", "42", 0, 100, &v), 0);
+	assert_int_equal(v, 42);
+	assert_int_equal(kvs_cli_parse_u64("t", "n", "0x10", 0, 100, &v), 0);
+	assert_int_equal(v, 16);
+	v = 7;
+	assert_int_equal(kvs_cli_parse_u64("t", "n", "101", 0, 100, &v),
+			 -KVS_EPARAM);
+	assert_int_equal(kvs_cli_parse_u64("t", "n", "0", 1, 100, &v),
+			 -KVS_EPARAM);
+	assert_int_equal(kvs_cli_parse_u64("t", "n", "-1", 0, 100, &v),
+			 -KVS_EPARAM);
+	assert_int_equal(kvs_cli_parse_u64("t", "n", "12x", 0, 100, &v),
+			 -KVS_EPARAM);
+	assert_int_equal(kvs_cli_parse_u64("t", "n", "", 0, 100, &v),
+			 -KVS_EPARAM);
+	assert_int_equal(v, 7);
+}
+
+struct parsed {
+	uint32_t heads;
+	uint64_t cap;
+	const char *name;
+	double seconds;
+	bool json;
+};
+
+static int parse(struct parsed *p, const char **pos, size_t *n_pos,
+		 int argc, char **argv)
+{
+	struct kvs_cli_opt opts[] = {
+		KVS_OPT_U32("heads", &p->heads, 1, 64, true),
+		KVS_OPT_SIZE("capacity", &p->cap, 4096, 0, false),
+		KVS_OPT_STR("name", &p->name, false),
+		KVS_OPT_DOUBLE("seconds", &p->seconds, false),
+		KVS_OPT_FLAG("json", &p->json),
+	};
+
+	memset(p, 0, sizeof(*p));
+	return kvs_cli_parse("t", argc, argv, opts, 5, pos, 2, n_pos);
+}
+
+#define ARGV(...) ((char *[]){ "t", __VA_ARGS__ })
+#define ARGC(...) ((int)(sizeof(ARGV(__VA_ARGS__)) / sizeof(char *)))
+#define PARSE(...) parse(&p, pos, &n_pos, ARGC(__VA_ARGS__), ARGV(__VA_ARGS__))
+
+static void test_options(void **state)
+{
+	const char *pos[2];
+	struct parsed p;
+	size_t n_pos;
+
+	(void)state;
+	assert_int_equal(PARSE("--heads", "8", "--capacity=1G", "a.blk",
+			       "--json", "--name", "x", "--seconds", "0.5"), 0);
+	assert_int_equal(p.heads, 8);
+	assert_int_equal(p.cap, 1ull << 30);
+	assert_string_equal(p.name, "x");
+	assert_true(p.seconds == 0.5);
+	assert_true(p.json);
+	assert_int_equal(n_pos, 1);
+	assert_string_equal(pos[0], "a.blk");
+
+	/* "--" ends the options: what follows is positional. */
+	assert_int_equal(PARSE("--heads=1", "--", "--json"), 0);
+	assert_int_equal(n_pos, 1);
+	assert_string_equal(pos[0], "--json");
+	assert_false(p.json);
+
+	assert_int_equal(PARSE("--heads", "8", "-h"), KVS_CLI_HELP);
+	assert_int_equal(PARSE("--help"), KVS_CLI_HELP);
+	assert_int_equal(PARSE("--json"), -KVS_EPARAM);          /* required */
+	assert_int_equal(PARSE("--heads", "65"), -KVS_EPARAM);   /* range */
+	assert_int_equal(PARSE("--heads"), -KVS_EPARAM);         /* value */
+	assert_int_equal(PARSE("--heads", "1", "--heads", "2"), -KVS_EPARAM);
+	assert_int_equal(PARSE("--heads", "1", "--bogus"), -KVS_EPARAM);
+	assert_int_equal(PARSE("--heads", "1", "-x"), -KVS_EPARAM);
+	assert_int_equal(PARSE("--heads", "1", "--json=1"), -KVS_EPARAM);
+	assert_int_equal(PARSE("--heads", "1", "--capacity", "1K"),
+			 -KVS_EPARAM);                            /* min */
+	assert_int_equal(PARSE("--heads", "1", "--seconds", "nan"),
+			 -KVS_EPARAM);
+	assert_int_equal(PARSE("--heads", "1", "a", "b", "c"), -KVS_EPARAM);
+	/* A prefix of an option name is not that option. */
+	assert_int_equal(PARSE("--head", "1"), -KVS_EPARAM);
+}
+
+static void test_files(void **state)
+{
+	char dir[] = "/tmp/kvs-cli-util-XXXXXX";
+	char path[64];
+	uint8_t data[3000], *back;
+	size_t len;
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/f.bin", dir);
+	for (size_t i = 0; i < sizeof(data); i++)
+		data[i] = (uint8_t)(i * 7);
+	assert_int_equal(kvs_cli_write_file("t", path, data, sizeof(data)), 0);
+	assert_int_equal(kvs_cli_read_file("t", path, &back, &len), 0);
+	assert_int_equal(len, sizeof(data));
+	assert_memory_equal(back, data, len);
+	free(back);
+	/* Overwrite with an empty file: readable, length 0, non-NULL. */
+	assert_int_equal(kvs_cli_write_file("t", path, data, 0), 0);
+	assert_int_equal(kvs_cli_read_file("t", path, &back, &len), 0);
+	assert_int_equal(len, 0);
+	assert_non_null(back);
+	free(back);
+	assert_int_equal(kvs_cli_write_file("t", "/dev/null", data, 10), 0);
+	assert_int_equal(kvs_cli_read_file("t", dir, &back, &len), -EISDIR);
+	unlink(path);
+	assert_true(kvs_cli_read_file("t", path, &back, &len) < 0);
+	snprintf(path, sizeof(path), "%s/no/such/dir", dir);
+	assert_true(kvs_cli_write_file("t", path, data, 1) < 0);
+	assert_int_equal(rmdir(dir), 0); /* no temporary file left behind */
+}
+
+static void test_json(void **state)
+{
+	struct kvs_cli_json j;
+	char *text = NULL;
+	size_t size = 0;
+	FILE *f = open_memstream(&text, &size);
+
+	(void)state;
+	assert_non_null(f);
+	kvs_cli_json_init(&j, f);
+	kvs_cli_json_object_begin(&j, NULL);
+	kvs_cli_json_str(&j, "s", "a\"b\\c\n\x01");
+	kvs_cli_json_u64(&j, "n", UINT64_MAX);
+	kvs_cli_json_double(&j, "d", 387072.0);
+	kvs_cli_json_double(&j, "f", 0.1);
+	kvs_cli_json_double(&j, "nan", 0.0 / 0.0);
+	kvs_cli_json_array_begin(&j, "a");
+	kvs_cli_json_bool(&j, NULL, true);
+	kvs_cli_json_str(&j, NULL, NULL);
+	kvs_cli_json_object_begin(&j, NULL);
+	kvs_cli_json_object_end(&j);
+	kvs_cli_json_array_end(&j);
+	kvs_cli_json_array_begin(&j, "empty");
+	kvs_cli_json_array_end(&j);
+	kvs_cli_json_object_end(&j);
+	kvs_cli_json_finish(&j);
+	fclose(f);
+	assert_string_equal(text,
+		"{\n"
+		"  \"s\": \"a\\\"b\\\\c\\n\\u0001\",\n"
+		"  \"n\": 18446744073709551615,\n"
+		"  \"d\": 387072,\n"
+		"  \"f\": 0.1,\n"
+		"  \"nan\": null,\n"
+		"  \"a\": [\n"
+		"    true,\n"
+		"    null,\n"
+		"    {}\n"
+		"  ],\n"
+		"  \"empty\": []\n"
+		"}\n");
+	free(text);
+}
+
+static void test_human_bytes(void **state)
+{
+	char out[32];
+
+	(void)state;
+	assert_string_equal(kvs_cli_human_bytes(512, out, sizeof(out)),
+			    "512 B");
+	assert_string_equal(kvs_cli_human_bytes(419840, out, sizeof(out)),
+			    "410.0 KiB");
+	assert_string_equal(kvs_cli_human_bytes(32768, out, sizeof(out)),
+			    "32.00 KiB");
+	assert_string_equal(kvs_cli_human_bytes(2097152, out, sizeof(out)),
+			    "2.00 MiB");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_sizes),
+		cmocka_unit_test(test_integers),
+		cmocka_unit_test(test_options),
+		cmocka_unit_test(test_files),
+		cmocka_unit_test(test_json),
+		cmocka_unit_test(test_human_bytes),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
