@@ -9,7 +9,8 @@
  *   out = p[0, v_quant_len) . Vhat_q + p[v_quant_len, T) . V_r.
  * History is decoded straight from the block sections, one (block, KV
  * head) at a time, each Key group's origins and steps loaded once; the
- * reconstruction is kvs_dequant(), the same as kvs_block_dequantize().
+ * reconstruction is kvs_dequant()'s fmaf(step, code, origin), bit for bit
+ * what kvs_block_dequantize() gives.
  * Query head h reads KV head h / (q_heads / kv_heads).
  */
 #include <errno.h>
@@ -19,6 +20,12 @@
 
 #include "kvstash/log.h"
 #include "kvstash/stream.h"
+
+/* Per-row decoding scratch: one Key group's metadata, one row's codes. */
+struct decode_scratch {
+	float *origin, *step;   /* [D] */
+	uint8_t *codes;         /* [D] */
+};
 
 /* Geometry of the history, taken from the first block. */
 struct history {
@@ -185,10 +192,23 @@ static int check_attn(const struct kvs_attn *a, struct history *hist)
 			   a->v_resid_stride, a);
 }
 
-/* Keys of tokens [0, n) of @head in @view into rows[n][D]. */
+/* The @n codes of one packed row (low bits first, as kvs_pack_codes). */
+static void unpack_row(const uint8_t *packed, uint32_t n, unsigned bits,
+		       uint8_t *codes)
+{
+	unsigned per_byte = 8 / bits, mask = (1u << bits) - 1;
+	uint32_t i;
+
+	for (i = 0; i < n; i++)
+		codes[i] = (packed[i / per_byte] >> (i % per_byte * bits)) &
+			   mask;
+}
+
+/* Keys of tokens [0, n) of @head in @view into rows[n][D]; each group's
+ * origins and steps are loaded once. */
 static void decode_keys(const struct history *hist,
 			const struct kvs_view *view, uint32_t head,
-			uint32_t n, float *origin, float *step, float *rows)
+			uint32_t n, struct decode_scratch *ds, float *rows)
 {
 	const uint8_t *codes = view->section[KVS_SEC_KEY_CODES];
 	const void *origins = view->section[KVS_SEC_KEY_ORIGIN];
@@ -198,30 +218,33 @@ static void decode_keys(const struct history *hist,
 	uint32_t t, d;
 
 	for (t = 0; t < n; t++) {
-		const uint8_t *row = codes +
-			((size_t)head * hist->span + t) * hist->row_bytes;
+		float *out = rows + (size_t)t * D;
 
 		if (t % G == 0) {
 			size_t base = ((size_t)head * groups_per_head + t / G) *
 				      D;
 
 			for (d = 0; d < D; d++) {
-				origin[d] = kvs_load(hist->meta, origins,
-						     base + d);
-				step[d] = kvs_load(hist->meta, steps, base + d);
+				ds->origin[d] = kvs_load(hist->meta, origins,
+							 base + d);
+				ds->step[d] = kvs_load(hist->meta, steps,
+						       base + d);
 			}
 		}
+		unpack_row(codes + ((size_t)head * hist->span + t) *
+					   hist->row_bytes,
+			   D, hist->bits, ds->codes);
+		/* kvs_dequant(): fmaf(step, code, origin). */
 		for (d = 0; d < D; d++)
-			rows[(size_t)t * D + d] = kvs_dequant(
-				origin[d], step[d],
-				kvs_packed_code(row, d, hist->bits));
+			out[d] = fmaf(ds->step[d], (float)ds->codes[d],
+				      ds->origin[d]);
 	}
 }
 
 /* Values of tokens [0, n) of @head in @view into rows[n][D]. */
 static void decode_values(const struct history *hist,
 			  const struct kvs_view *view, uint32_t head,
-			  uint32_t n, float *rows)
+			  uint32_t n, struct decode_scratch *ds, float *rows)
 {
 	const uint8_t *codes = view->section[KVS_SEC_VAL_CODES];
 	const void *origins = view->section[KVS_SEC_VAL_ORIGIN];
@@ -231,31 +254,39 @@ static void decode_values(const struct history *hist,
 
 	for (t = 0; t < n; t++) {
 		size_t token = (size_t)head * hist->span + t;
-		const uint8_t *row = codes + token * hist->row_bytes;
-		float origin = 0.0f, step = 0.0f;
+		float *out = rows + (size_t)t * D;
 
-		for (d = 0; d < D; d++) {
-			if (d % G == 0) {
-				size_t m = token * (D / G) + d / G;
+		unpack_row(codes + token * hist->row_bytes, D, hist->bits,
+			   ds->codes);
+		for (d = 0; d < D; d += G) {
+			size_t m = token * (D / G) + d / G;
+			float origin = kvs_load(hist->meta, origins, m);
+			float step = kvs_load(hist->meta, steps, m);
+			uint32_t i;
 
-				origin = kvs_load(hist->meta, origins, m);
-				step = kvs_load(hist->meta, steps, m);
-			}
-			rows[(size_t)t * D + d] = kvs_dequant(
-				origin, step, kvs_packed_code(row, d,
-							      hist->bits));
+			for (i = d; i < d + G; i++)
+				out[i] = fmaf(step, (float)ds->codes[i],
+					      origin);
 		}
 	}
 }
 
+/* q.k in double; four partial sums so the loop is not one long chain
+ * (head_dim is a multiple of the group, hence of 4 unless G < 4). */
 static double dot(const float *q, const float *k, uint32_t n)
 {
-	double sum = 0.0;
+	double sum[4] = { 0.0, 0.0, 0.0, 0.0 };
 	uint32_t i;
 
-	for (i = 0; i < n; i++)
-		sum += (double)q[i] * k[i];
-	return sum;
+	for (i = 0; i + 4 <= n; i += 4) {
+		sum[0] += (double)q[i] * k[i];
+		sum[1] += (double)q[i + 1] * k[i + 1];
+		sum[2] += (double)q[i + 2] * k[i + 2];
+		sum[3] += (double)q[i + 3] * k[i + 3];
+	}
+	for (; i < n; i++)
+		sum[0] += (double)q[i] * k[i];
+	return (sum[0] + sum[1]) + (sum[2] + sum[3]);
 }
 
 static void axpy(double *acc, double w, const float *v, uint32_t n)
@@ -272,7 +303,7 @@ struct work {
 	double *acc;            /* [ratio][D] */
 	double *total;          /* [ratio] softmax denominators */
 	float *rows;            /* [S][D] decoded history of one block */
-	float *origin, *step;   /* [D] one Key group's metadata */
+	struct decode_scratch ds;
 };
 
 static void head_logits(const struct kvs_attn *a, const struct history *hist,
@@ -286,8 +317,7 @@ static void head_logits(const struct kvs_attn *a, const struct history *hist,
 		uint32_t n = a->k_quant_len - first < hist->span ?
 				     a->k_quant_len - first : hist->span;
 
-		decode_keys(hist, a->blocks[b], h, n, w->origin, w->step,
-			    w->rows);
+		decode_keys(hist, a->blocks[b], h, n, &w->ds, w->rows);
 		for (i = 0; i < ratio; i++) {
 			const float *q = a->q + ((size_t)h * ratio + i) * D;
 
@@ -342,7 +372,7 @@ static void head_output(const struct kvs_attn *a, const struct history *hist,
 		uint32_t n = a->v_quant_len - first < hist->span ?
 				     a->v_quant_len - first : hist->span;
 
-		decode_values(hist, a->blocks[b], h, n, w->rows);
+		decode_values(hist, a->blocks[b], h, n, &w->ds, w->rows);
 		for (i = 0; i < ratio; i++)
 			for (t = 0; t < n; t++)
 				axpy(w->acc + (size_t)i * D,
@@ -391,10 +421,11 @@ static int cpu_attend(const struct kvs_attn *a)
 	w.rows = malloc(sizeof(*w.rows) * span * a->head_dim);
 	if (!w.rows)
 		goto fail_rows;
-	w.origin = malloc(sizeof(*w.origin) * 2 * (size_t)a->head_dim);
-	if (!w.origin)
+	w.ds.origin = malloc(sizeof(float) * 3 * (size_t)a->head_dim);
+	if (!w.ds.origin)
 		goto fail_origin;
-	w.step = w.origin + a->head_dim;
+	w.ds.step = w.ds.origin + a->head_dim;
+	w.ds.codes = (uint8_t *)(w.ds.step + a->head_dim);
 
 	for (h = 0; h < a->kv_heads; h++) {
 		head_logits(a, &hist, h, ratio, tokens, &w);
@@ -403,7 +434,7 @@ static int cpu_attend(const struct kvs_attn *a)
 	}
 	err = 0;
 
-	free(w.origin);
+	free(w.ds.origin);
 fail_origin:
 	free(w.rows);
 fail_rows:
