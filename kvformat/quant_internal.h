@@ -15,7 +15,8 @@
  * Origin and step of a group with fp32 extremes lo <= hi (both finite).
  * Returns 0, or 1 for a constant group (hi == lo, or a step that rounds to
  * zero), which gets step 1 and all codes 0, or -KVS_ERANGE when the origin
- * or the step overflows the metadata type.
+ * or the step overflows the metadata type, or when the top code would
+ * reconstruct to infinity (a step rounded up near FLT_MAX, bf16 metadata).
  */
 static inline int quant_params(float lo, float hi, unsigned bits,
 			       enum kvs_dtype meta, float *origin, float *step)
@@ -31,6 +32,8 @@ static inline int quant_params(float lo, float hi, unsigned bits,
 		*step = 1.0f;
 		return 1;
 	}
+	if (!isfinite(fmaf(s, levels, o)))
+		return -KVS_ERANGE;
 	*step = s;
 	return 0;
 }
