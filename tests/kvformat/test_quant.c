@@ -298,6 +298,7 @@ static void test_range_errors(void **state)
 	const float far[4] = { 70000.0f, 70000.5f, 70001.0f, 70002.0f };
 	const float far_neg[4] = { -70002.0f, -70001.0f, -70000.0f, 0.0f };
 	const float huge[4] = { -3e38f, 0.0f, 1.0f, 3e38f };
+	const float top[4] = { 0.0f, 1.0f, 2.0f, FLT_MAX };
 	uint8_t codes[4];
 	float origin, step;
 
@@ -326,6 +327,15 @@ static void test_range_errors(void **state)
 	assert_int_equal(kvs_quant_group(far, 4, 1, 2, KVS_DTYPE_F32, codes,
 					 &origin, &step),
 			 0);
+	/* bf16 rounds the step FLT_MAX / 3 up: code 3 would reconstruct to
+	 * infinity, so the group is refused; fp32 reconstructs FLT_MAX. */
+	assert_int_equal(kvs_quant_group(top, 4, 1, 2, KVS_DTYPE_BF16, codes,
+					 &origin, &step),
+			 -KVS_ERANGE);
+	assert_int_equal(kvs_quant_group(top, 4, 1, 2, KVS_DTYPE_F32, codes,
+					 &origin, &step),
+			 0);
+	assert_true(isfinite(kvs_dequant(origin, step, codes[3])));
 	/* hi - lo overflows fp32 itself: no metadata type holds the step. */
 	assert_int_equal(kvs_quant_group(huge, 4, 1, 2, KVS_DTYPE_F32, codes,
 					 &origin, &step),
