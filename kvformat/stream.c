@@ -33,6 +33,7 @@
  * A failed step or tail leaves the stream as it was; a failed prefill
  * leaves it empty (it had to be empty).
  */
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -156,8 +157,9 @@ int kvs_stream_create(const struct kvs_stream_config *cfg,
 	st->backend = cfg->backend ? cfg->backend : kvs_backend_cpu();
 	st->ident = cfg->ident;
 	st->block_size = layout.total_size;
-	/* The window never holds more than S + R tokens (see compact()). */
-	st->win_cap = cfg->shape.span + 2 * cfg->shape.residual;
+	/* After compact() at most S tokens remain, so R more fit before
+	 * the next one. */
+	st->win_cap = cfg->shape.span + cfg->shape.residual;
 	win_floats = (size_t)st->win_cap * row_floats(st);
 	block_floats = (size_t)cfg->shape.span * row_floats(st);
 
@@ -229,7 +231,7 @@ void kvs_stream_destroy(struct kvs_stream *st)
  * Moves the window to start at the first token still needed: the open
  * block's first token or the oldest Value of the FIFO.  Persisted state
  * keeps k_quant - blocks*S <= S - R and tokens - k_quant < R, and
- * tokens - v_quant <= R, so at most S tokens remain, below win_cap.
+ * tokens - v_quant <= R, so at most S tokens remain: R below win_cap.
  */
 static void compact(struct kvs_stream *st)
 {
@@ -239,6 +241,7 @@ static void compact(struct kvs_stream *st)
 	if (st->len.v_quant < first)
 		first = st->len.v_quant;
 	keep = st->len.tokens - first;
+	assert(first > st->win_start && keep < st->win_cap);
 	for (h = 0; h < st->shape.kv_heads; h++) {
 		memmove(win_row(st, st->win_k, h, st->win_start),
 			win_row(st, st->win_k, h, first),

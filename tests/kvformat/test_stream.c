@@ -424,6 +424,9 @@ static void test_bad_arguments(void **state)
 	assert_int_equal(kvs_stream_create(&r.cfg, NULL), -KVS_EPARAM);
 	assert_true(st == (struct kvs_stream *)&seed);
 
+	/* An empty stream has an empty tail. */
+	check_tail(&r);
+
 	/* A non-finite prefill leaves the stream empty and usable. */
 	saved = r.v[5];
 	r.v[5] = INFINITY;
