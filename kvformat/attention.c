@@ -20,6 +20,7 @@
 
 #include "kvstash/log.h"
 #include "kvstash/stream.h"
+#include "stream_internal.h"
 
 /* Per-row decoding scratch: one Key group's metadata, one row's codes. */
 struct decode_scratch {
@@ -33,14 +34,6 @@ struct history {
 	enum kvs_dtype meta;
 	size_t row_bytes;       /* packed codes of one token of one head */
 };
-
-static int same_shape(const struct kvs_shape *a, const struct kvs_shape *b)
-{
-	return a->kv_heads == b->kv_heads && a->head_dim == b->head_dim &&
-	       a->group == b->group && a->bits == b->bits &&
-	       a->meta_type == b->meta_type && a->span == b->span &&
-	       a->residual == b->residual;
-}
 
 static int check_blocks(const struct kvs_attn *a, struct history *hist)
 {
@@ -87,7 +80,7 @@ static int check_blocks(const struct kvs_attn *a, struct history *hist)
 		const struct kvs_view *view = a->blocks[i];
 
 		if (!view || view->hdr.kind != KVS_KIND_BLOCK ||
-		    !same_shape(&view->hdr.shape, shape)) {
+		    !kvs_shape_same(&view->hdr.shape, shape)) {
 			kvs_log(KVS_LOG_ERR,
 				"attend: history block %u is missing, not a block or of another shape",
 				i);

@@ -69,6 +69,7 @@ struct kvs_stream {
 	float *attn_out;                /* [q_heads][D] */
 };
 
+/* Frees @s, its view and its bytes; a view never opened is all-zero. */
 static void sealed_free(struct sealed *s)
 {
 	if (!s)
@@ -76,6 +77,23 @@ static void sealed_free(struct sealed *s)
 	kvs_view_release(&s->view);
 	free(s->obj);
 	free(s);
+}
+
+/* A zeroed holder for @len bytes, or NULL (logged). */
+static struct sealed *sealed_alloc(size_t len)
+{
+	struct sealed *s = calloc(1, sizeof(*s));
+
+	if (s) {
+		s->len = len;
+		s->obj = malloc(len ? len : 1);
+		if (s->obj)
+			return s;
+		free(s);
+	}
+	kvs_log(KVS_LOG_ERR, "stream: out of memory for a %zu-byte object",
+		len);
+	return NULL;
 }
 
 static size_t row_floats(const struct kvs_stream *st)
@@ -362,32 +380,19 @@ static int prepare_seal(struct kvs_stream *st, uint32_t k_quant,
 	if (err)
 		return err;
 
-	err = -ENOMEM;
-	s = calloc(1, sizeof(*s));
+	s = sealed_alloc(st->block_size);
 	if (!s)
-		goto fail_sealed;
-	s->len = st->block_size;
-	s->obj = malloc(s->len);
-	if (!s->obj)
-		goto fail_obj;
+		return -ENOMEM;
 	err = st->backend->seal(&st->shape, &ident, KVS_DTYPE_F32, st->seal_k,
 				st->seal_v, s->obj);
-	if (err)
-		goto fail_seal;
-	err = kvs_object_open(s->obj, s->len, 0, &s->view);
-	if (err)
-		goto fail_seal;
+	if (!err)
+		err = kvs_object_open(s->obj, s->len, 0, &s->view);
+	if (err) {
+		sealed_free(s);
+		return err;
+	}
 	*out = s;
 	return 0;
-
-fail_seal:
-	free(s->obj);
-fail_obj:
-	free(s);
-fail_sealed:
-	if (err == -ENOMEM)
-		kvs_log(KVS_LOG_ERR, "stream: out of memory for a block");
-	return err;
 }
 
 static void commit_seal(struct kvs_stream *st, uint32_t k_quant,
@@ -662,6 +667,158 @@ const uint8_t *kvs_stream_block_data(const struct kvs_stream *st, uint32_t i,
 	if (len)
 		*len = st->blocks[i]->len;
 	return st->blocks[i]->obj;
+}
+
+/* 0 if @view is an object of @kind for this stream's shape, layer and
+ * model; else -KVS_EKIND or -KVS_EPARAM (logged). */
+static int check_handoff(const struct kvs_stream *st,
+			 const struct kvs_view *view, enum kvs_kind kind,
+			 const char *what, uint32_t index)
+{
+	const struct kvs_ident *id = &view->hdr.ident;
+
+	if (view->hdr.kind != kind) {
+		kvs_log(KVS_LOG_ERR, "stream resume: %s %u is of kind %u",
+			what, index, view->hdr.kind);
+		return -KVS_EKIND;
+	}
+	if (!kvs_shape_same(&view->hdr.shape, &st->shape) ||
+	    id->layer != st->ident.layer ||
+	    memcmp(id->model_fp, st->ident.model_fp, KVS_ID_SIZE) != 0) {
+		kvs_log(KVS_LOG_ERR,
+			"stream resume: %s %u is of another shape, layer or model",
+			what, index);
+		return -KVS_EPARAM;
+	}
+	return 0;
+}
+
+/* Copies, opens and checks handoff block st->block_count. */
+static int resume_block(struct kvs_stream *st, const uint8_t *bytes,
+			size_t len)
+{
+	uint32_t index = st->block_count;
+	const struct kvs_ident *id;
+	const uint8_t *parent;
+	struct sealed *s;
+	int err;
+
+	err = grow_blocks(st);
+	if (err)
+		return err;
+	s = sealed_alloc(len);
+	if (!s)
+		return -ENOMEM;
+	memcpy(s->obj, bytes, len);
+	err = kvs_object_open(s->obj, len, 0, &s->view);
+	if (!err)
+		err = check_handoff(st, &s->view, KVS_KIND_BLOCK, "block",
+				    index);
+	if (err)
+		goto fail_check;
+	id = &s->view.hdr.ident;
+	parent = parent_of(st, index);
+	if (id->first_pos != (uint64_t)index * st->shape.span ||
+	    (index > 0 && memcmp(id->parent_id, parent, KVS_ID_SIZE) != 0)) {
+		kvs_log(KVS_LOG_ERR,
+			"stream resume: block %u is not at position %llu after block %u",
+			index, (unsigned long long)index * st->shape.span,
+			index ? index - 1 : 0);
+		err = -KVS_EPARAM;
+		goto fail_check;
+	}
+	st->blocks[st->block_count++] = s;
+	return 0;
+
+fail_check:
+	sealed_free(s);
+	return err;
+}
+
+/* Checks the tail against the blocks and loads its rows into the window. */
+static int resume_tail(struct kvs_stream *st, const struct kvs_view *tail)
+{
+	enum kvs_dtype dtype = (enum kvs_dtype)tail->hdr.tail_dtype;
+	uint32_t R = st->shape.residual, D = st->shape.head_dim;
+	uint32_t r_k = tail->hdr.r_k, r_v = tail->hdr.r_v, h, t, d;
+	uint64_t tokens = tail->hdr.ident.first_pos + r_v;
+	uint64_t k_quant = (uint64_t)st->block_count * st->shape.span;
+	const void *keys = tail->section[KVS_SEC_KEY_RESID];
+	const void *values = tail->section[KVS_SEC_VAL_RESID];
+	int err;
+
+	err = check_handoff(st, tail, KVS_KIND_TAIL, "tail", 0);
+	if (err)
+		return err;
+	if (tokens >= UINT32_MAX || tokens - k_quant != r_k ||
+	    r_v != (tokens < R ? tokens : R)) {
+		kvs_log(KVS_LOG_ERR,
+			"stream resume: tail (first_pos %llu, r_K %u, r_V %u) does not follow %u blocks of %u",
+			(unsigned long long)tail->hdr.ident.first_pos, r_k,
+			r_v, st->block_count, st->shape.span);
+		return -KVS_EPARAM;
+	}
+	st->len.tokens = (uint32_t)tokens;
+	st->len.k_quant = (uint32_t)k_quant;
+	st->len.v_quant = st->len.tokens - r_v;
+	st->win_start = st->len.v_quant;
+	for (h = 0; h < st->shape.kv_heads; h++) {
+		for (t = st->len.v_quant; t < st->len.tokens; t++) {
+			float *krow = win_row(st, st->win_k, h, t);
+			float *vrow = win_row(st, st->win_v, h, t);
+			size_t v_at = ((size_t)h * r_v + t -
+				       st->len.v_quant) * D;
+			size_t k_at = ((size_t)h * r_k + t -
+				       st->len.k_quant) * D;
+
+			/* Keys below k_quant are in the blocks. */
+			for (d = 0; d < D; d++) {
+				vrow[d] = kvs_load(dtype, values, v_at + d);
+				krow[d] = t < st->len.k_quant ?
+						  0.0f :
+						  kvs_load(dtype, keys,
+							   k_at + d);
+			}
+		}
+	}
+	return 0;
+}
+
+int kvs_stream_resume(struct kvs_stream *st, const uint8_t *const *blocks,
+		      const size_t *block_lens, uint32_t count,
+		      const uint8_t *tail, size_t tail_len)
+{
+	struct kvs_view view;
+	uint32_t i;
+	int err;
+
+	if (!st || !tail || (count && (!blocks || !block_lens))) {
+		kvs_log(KVS_LOG_ERR, "stream resume: missing argument");
+		return -KVS_EPARAM;
+	}
+	for (i = 0; i < count; i++) {
+		if (!blocks[i]) {
+			kvs_log(KVS_LOG_ERR, "stream resume: block %u missing",
+				i);
+			return -KVS_EPARAM;
+		}
+	}
+	if (st->len.tokens != 0) {
+		kvs_log(KVS_LOG_ERR, "stream resume: stream holds %u tokens",
+			st->len.tokens);
+		return -KVS_EPARAM;
+	}
+	err = kvs_object_open(tail, tail_len, 0, &view);
+	if (err)
+		return err;
+	for (i = 0; i < count && !err; i++)
+		err = resume_block(st, blocks[i], block_lens[i]);
+	if (!err)
+		err = resume_tail(st, &view);
+	kvs_view_release(&view);
+	if (err)
+		stream_clear(st);
+	return err;
 }
 
 /* Copies window rows [first, first + n) of every head into @dst,

@@ -25,4 +25,14 @@ struct kvs_lengths {
 void kvs_lengths_advance(struct kvs_lengths *len, uint32_t residual,
 			 enum kvs_order order, struct kvs_trace_row *row);
 
+/* 1 if two shapes are field by field the same. */
+static inline int kvs_shape_same(const struct kvs_shape *a,
+				 const struct kvs_shape *b)
+{
+	return a->kv_heads == b->kv_heads && a->head_dim == b->head_dim &&
+	       a->group == b->group && a->bits == b->bits &&
+	       a->meta_type == b->meta_type && a->span == b->span &&
+	       a->residual == b->residual;
+}
+
 #endif

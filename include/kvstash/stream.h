@@ -165,6 +165,22 @@ const uint8_t *kvs_stream_block_data(const struct kvs_stream *st, uint32_t i,
 #define KVS_STREAM_POSITION_NS "kvstash.stream.positions"
 
 /*
+ * kvs_stream_resume - fill an empty stream from a handoff: @count blocks
+ * (encoded objects, raw or LZ4, of this stream's shape, layer and model,
+ * each the child of the one before, covering tokens [0, count * S)) and
+ * the residual tail that follows them, as kvs_stream_tail makes it (Keys
+ * from count * S, Values from first_pos; tokens = first_pos + r_V).  The
+ * stream keeps copies; kvs_stream_block_data gives the bytes as passed.
+ * Returns 0, the validation error of the first object that fails
+ * kvs_object_open, -KVS_EKIND for an object of the wrong kind, or
+ * -KVS_EPARAM when the objects do not fit the stream or each other; on
+ * error the stream stays empty.
+ */
+int kvs_stream_resume(struct kvs_stream *st, const uint8_t *const *blocks,
+		      const size_t *block_lens, uint32_t count,
+		      const uint8_t *tail, size_t tail_len);
+
+/*
  * kvs_stream_tail - encode the residual tail (the prefill->decode handoff
  * object): Key rows of the tokens not in a finished block and Value rows
  * from the older of that point and the Value FIFO's start; with S == R

@@ -343,6 +343,195 @@ static void test_failed_step_changes_nothing(void **state)
 	}
 }
 
+/* The handoff of stream @from: its blocks' bytes and its tail. */
+struct handoff {
+	const uint8_t **blocks;
+	size_t *lens;
+	uint32_t count;
+	uint8_t *tail;
+	size_t tail_len;
+};
+
+static void handoff_take(struct kvs_stream *from, struct handoff *h)
+{
+	uint32_t i;
+
+	h->count = kvs_stream_block_count(from);
+	h->blocks = calloc(h->count + 1, sizeof(*h->blocks));
+	h->lens = calloc(h->count + 1, sizeof(*h->lens));
+	assert_true(h->blocks && h->lens);
+	for (i = 0; i < h->count; i++)
+		h->blocks[i] = kvs_stream_block_data(from, i, &h->lens[i]);
+	assert_int_equal(kvs_stream_tail(from, KVS_DTYPE_F32, &h->tail,
+					 &h->tail_len),
+			 0);
+}
+
+static void handoff_free(struct handoff *h)
+{
+	free(h->tail);
+	free(h->lens);
+	free(h->blocks);
+}
+
+/* Prefill A, hand off to a fresh B, then both decode the same tokens with
+ * the same results, bit for bit. */
+static void resume_case(const struct stream_case *c, enum kvs_order order,
+			uint32_t prefill, uint64_t *seed)
+{
+	uint32_t extra = c->span + c->residual + 3, t, i;
+	struct kvs_stream *b;
+	struct handoff h;
+	size_t qn, len_a, len_b;
+	struct run r;
+	float *out_b;
+
+	run_init(&r, c, order, prefill + extra, seed);
+	qn = (size_t)r.q_heads * r.D;
+	out_b = malloc(sizeof(float) * qn);
+	assert_int_equal(kvs_stream_prefill(r.st, NULL, r.k, r.v, prefill,
+					    NULL),
+			 0);
+	handoff_take(r.st, &h);
+	assert_int_equal(kvs_stream_create(&r.cfg, &b), 0);
+	assert_int_equal(kvs_stream_resume(b, h.blocks, h.lens, h.count,
+					   h.tail, h.tail_len),
+			 0);
+	assert_int_equal(kvs_stream_tokens(b), prefill);
+	assert_int_equal(kvs_stream_r_k(b), kvs_stream_r_k(r.st));
+	assert_int_equal(kvs_stream_r_v(b), kvs_stream_r_v(r.st));
+	assert_int_equal(kvs_stream_block_count(b), h.count);
+	for (t = prefill; t < prefill + extra; t++) {
+		struct kvs_trace_row row_a, row_b;
+
+		assert_int_equal(kvs_stream_step(r.st, r.q + t * qn,
+						 r.k + t * r.row,
+						 r.v + t * r.row, r.out,
+						 &row_a),
+				 0);
+		assert_int_equal(kvs_stream_step(b, r.q + t * qn,
+						 r.k + t * r.row,
+						 r.v + t * r.row, out_b, &row_b),
+				 0);
+		assert_memory_equal(&row_a, &row_b, sizeof(row_a));
+		assert_memory_equal(r.out, out_b, sizeof(float) * qn);
+	}
+	assert_int_equal(kvs_stream_block_count(b),
+			 kvs_stream_block_count(r.st));
+	for (i = 0; i < kvs_stream_block_count(b); i++) {
+		const uint8_t *a_bytes = kvs_stream_block_data(r.st, i, &len_a);
+		const uint8_t *b_bytes = kvs_stream_block_data(b, i, &len_b);
+
+		assert_int_equal(len_a, len_b);
+		assert_memory_equal(a_bytes, b_bytes, len_a);
+	}
+	kvs_stream_destroy(b);
+	handoff_free(&h);
+	free(out_b);
+	run_free(&r);
+}
+
+static void test_resume(void **state)
+{
+	uint64_t seed = 0x4e5u;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		const struct stream_case *c = &cases[i];
+		/* With S > R, prompts that leave the open block empty. */
+		uint32_t prefills[] = { 1, c->residual - 1,
+					c->span + c->residual - 1,
+					2 * c->span };
+		size_t p;
+
+		for (p = 0; p < 4; p++)
+			resume_case(c, p % 2 ? KVS_ORDER_PAPER : KVS_ORDER_KIVI,
+				    prefills[p], &seed);
+	}
+}
+
+/* A handoff that does not fit is refused and leaves the stream empty. */
+static void test_resume_refused(void **state)
+{
+	const struct stream_case *c = &cases[0]; /* S = R = 8 */
+	uint64_t seed = 0x4e5eull;
+	struct kvs_stream_config cfg;
+	struct kvs_stream *b;
+	struct handoff h;
+	const uint8_t *swap;
+	uint8_t *bad;
+	struct run r;
+
+	(void)state;
+	run_init(&r, c, KVS_ORDER_KIVI, 3 * c->span + 2, &seed);
+	assert_int_equal(kvs_stream_prefill(r.st, NULL, r.k, r.v,
+					    3 * c->span + 2, NULL),
+			 0);
+	handoff_take(r.st, &h);
+	assert_int_equal(h.count, 3);
+	assert_int_equal(kvs_stream_create(&r.cfg, &b), 0);
+
+	/* Blocks out of order, one missing, a tail as a block. */
+	swap = h.blocks[0];
+	h.blocks[0] = h.blocks[1];
+	h.blocks[1] = swap;
+	assert_int_equal(kvs_stream_resume(b, h.blocks, h.lens, 3, h.tail,
+					   h.tail_len),
+			 -KVS_EPARAM);
+	assert_int_equal(kvs_stream_tokens(b), 0);
+	assert_int_equal(kvs_stream_block_count(b), 0);
+	h.blocks[1] = h.blocks[0];
+	h.blocks[0] = swap;
+	assert_int_equal(kvs_stream_resume(b, h.blocks, h.lens, 2, h.tail,
+					   h.tail_len),
+			 -KVS_EPARAM);
+	h.blocks[3] = h.tail;
+	h.lens[3] = h.tail_len;
+	assert_int_equal(kvs_stream_resume(b, h.blocks, h.lens, 4, h.tail,
+					   h.tail_len),
+			 -KVS_EKIND);
+	assert_int_equal(kvs_stream_resume(b, h.blocks, h.lens, 3, h.blocks[2],
+					   h.lens[2]),
+			 -KVS_EKIND);
+
+	/* A flipped byte in a block is that block's validation error. */
+	bad = malloc(h.lens[1]);
+	memcpy(bad, h.blocks[1], h.lens[1]);
+	bad[h.lens[1] - 300] ^= 0x10;
+	h.blocks[1] = bad;
+	assert_int_equal(kvs_stream_resume(b, h.blocks, h.lens, 3, h.tail,
+					   h.tail_len),
+			 kvs_object_verify(bad, h.lens[1], 0));
+	assert_true(kvs_object_verify(bad, h.lens[1], 0) < 0);
+	assert_int_equal(kvs_stream_block_count(b), 0);
+	h.blocks[1] = kvs_stream_block_data(r.st, 1, NULL);
+	free(bad);
+	kvs_stream_destroy(b);
+
+	/* Another layer. */
+	cfg = r.cfg;
+	cfg.ident.layer = 4;
+	assert_int_equal(kvs_stream_create(&cfg, &b), 0);
+	assert_int_equal(kvs_stream_resume(b, h.blocks, h.lens, 3, h.tail,
+					   h.tail_len),
+			 -KVS_EPARAM);
+	kvs_stream_destroy(b);
+
+	/* Only into an empty stream; then it works. */
+	assert_int_equal(kvs_stream_resume(r.st, h.blocks, h.lens, 3, h.tail,
+					   h.tail_len),
+			 -KVS_EPARAM);
+	assert_int_equal(kvs_stream_create(&r.cfg, &b), 0);
+	assert_int_equal(kvs_stream_resume(b, h.blocks, h.lens, 3, h.tail,
+					   h.tail_len),
+			 0);
+	assert_int_equal(kvs_stream_tokens(b), 3 * c->span + 2);
+	kvs_stream_destroy(b);
+	handoff_free(&h);
+	run_free(&r);
+}
+
 /* A backend that counts its calls and hands them to the CPU one: the
  * stream computes and seals only through the configured ops. */
 static unsigned seal_calls, attend_calls;
@@ -458,6 +647,8 @@ int main(void)
 		cmocka_unit_test(test_against_dense),
 		cmocka_unit_test(test_failed_step_changes_nothing),
 		cmocka_unit_test(test_backend_ops),
+		cmocka_unit_test(test_resume),
+		cmocka_unit_test(test_resume_refused),
 		cmocka_unit_test(test_bad_arguments),
 	};
 
