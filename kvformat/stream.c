@@ -30,8 +30,12 @@
  * are not used.  The tail is identified the same way over the positions of
  * its Values.
  *
- * A failed step or tail leaves the stream as it was; a failed prefill
- * leaves it empty (it had to be empty).
+ * Handoff: kvs_stream_tail() writes the rows not in finished blocks;
+ * kvs_stream_resume() rebuilds an empty stream from those blocks and that
+ * tail, after which both streams decode bit for bit alike.
+ *
+ * A failed step or tail leaves the stream as it was; a failed prefill or
+ * resume leaves it empty (it had to be empty).
  */
 #include <assert.h>
 #include <errno.h>
