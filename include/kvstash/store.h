@@ -1,0 +1,297 @@
+/*
+ * store - the cache engine: a DRAM tier and an NVMe tier holding encoded
+ * kvformat objects (sealed blocks and residual tails) byte for byte.
+ *
+ * A process opens a store directory directly (like SQLite); the daemon of a
+ * later issue puts the same engine behind the network.  Layout of a store
+ * directory, details in docs/STORE.md:
+ *   KVSTASH          superblock: magic + store format version (published by
+ *                    write -> fsync -> rename -> fsync of the directory)
+ *   LOCK             flock()ed by the process that has the store open
+ *   seg-<id>.kvs     log segments: a 4096-byte segment header, then records,
+ *                    each [128-byte record header][object][zero pad] padded
+ *                    to 4096 bytes.
+ *
+ * The key of an object is (span id = header ident.block_id, layer).
+ * The DRAM tier lives only as long as the process: the persistent state is
+ * the NVMe tier, rebuilt from the segments at every open.
+ *
+ * Durability levels (what an acknowledgement means):
+ *   KVS_DURABILITY_MEMORY   in this process's DRAM tier only; spilled to the
+ *                           NVMe tier on eviction or at close.
+ *   KVS_DURABILITY_WRITTEN  the record write completed (O_DIRECT: handed to
+ *                           the device; buffered fallback: page cache).
+ *                           Survives kill -9 of the process, not power loss.
+ *   KVS_DURABILITY_DURABLE  written and fdatasync()ed (the segment file's
+ *                           directory entry was fsync()ed when it was
+ *                           created): survives kill -9 and power loss.
+ *
+ * All functions are thread safe (one mutex per store); a reference returned
+ * by a get pins its bytes until released.
+ */
+#ifndef KVSTASH_STORE_H
+#define KVSTASH_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kvstash/kvformat.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVS_STORE_FORMAT_VERSION 1
+#define KVS_STORE_ALIGN 4096u           /* record and I/O alignment */
+#define KVS_STORE_RECORD_HEADER 128u    /* bytes before the object */
+#define KVS_STORE_KEY_TEXT 76           /* "64 hex:layer" + NUL, max */
+
+struct kvs_store;
+
+/* The store key of an object. */
+struct kvs_store_key {
+	uint8_t span_id[KVS_ID_SIZE];
+	uint32_t layer;
+};
+
+enum kvs_durability {
+	KVS_DURABILITY_MEMORY = 0,
+	KVS_DURABILITY_WRITTEN = 1,
+	KVS_DURABILITY_DURABLE = 2,
+};
+
+/* ---- I/O ops table (tests inject faults here) ------------------------ */
+
+enum kvs_store_io_op {
+	KVS_STORE_IO_READ = 1,
+	KVS_STORE_IO_WRITE = 2,
+};
+
+/* One read or write of a batch.  @res: bytes moved or -errno. */
+struct kvs_store_io_req {
+	uint8_t op;             /* enum kvs_store_io_op */
+	int fd;
+	void *buf;
+	uint32_t len;
+	uint64_t off;
+	int buf_index;          /* registered buffer, or -1 */
+	int32_t res;            /* out */
+};
+
+struct kvs_store_ring;          /* io_uring engine, opaque */
+
+/*
+ * Every system call the store makes.  Each returns what the system call
+ * returns, except that errors are -errno.  @submit runs @n requests with at
+ * most @depth in flight and fills each req->res; it returns 0 once all have
+ * completed (their own results may be errors) or -errno if it could not
+ * run them.  @ring is NULL when io_uring is not available.
+ */
+struct kvs_store_io_ops {
+	int (*open)(void *ctx, const char *path, int flags, mode_t mode);
+	int (*close)(void *ctx, int fd);
+	ssize_t (*pread)(void *ctx, int fd, void *buf, size_t len, off_t off);
+	ssize_t (*pwrite)(void *ctx, int fd, const void *buf, size_t len,
+			  off_t off);
+	int (*fsync)(void *ctx, int fd);
+	int (*fdatasync)(void *ctx, int fd);
+	int (*ftruncate)(void *ctx, int fd, off_t len);
+	int (*rename)(void *ctx, const char *from, const char *to);
+	int (*unlink)(void *ctx, const char *path);
+	int (*submit)(void *ctx, struct kvs_store_ring *ring,
+		      struct kvs_store_io_req *reqs, unsigned n,
+		      unsigned depth);
+	void *ctx;
+};
+
+/* The real system calls and io_uring; a static table, never NULL. */
+const struct kvs_store_io_ops *kvs_store_io_default(void);
+
+/* ---- open / close ---------------------------------------------------- */
+
+struct kvs_store_opts {
+	uint64_t dram_capacity;   /* bytes of DRAM arena; 0 = no DRAM tier */
+	uint64_t nvme_capacity;   /* bytes of segment files; 0 = no NVMe tier */
+	uint64_t segment_size;    /* bytes per segment file; 0 = default */
+	unsigned queue_depth;     /* io_uring depth; 0 = default (32) */
+	bool write_through;       /* every put at least WRITTEN */
+	bool create;              /* create the directory/store if missing */
+	bool buffered_io;         /* do not even try O_DIRECT */
+	const struct kvs_store_io_ops *io; /* NULL = kvs_store_io_default() */
+};
+
+/* Defaults: 256 MiB DRAM, 4 GiB NVMe, 32 MiB segments, QD 32,
+ * write-through, create. */
+void kvs_store_opts_default(struct kvs_store_opts *opts);
+
+/*
+ * kvs_store_open - open (and with opts->create, create) the store in @dir,
+ * recovering the index from its segments.  Waits for another process that
+ * has it open.  Returns 0 and *@out (owned by the caller, release with
+ * kvs_store_close), -KVS_EVERSION for a store written by a newer format,
+ * -ENOENT for a missing store without create, or another -errno.
+ */
+int kvs_store_open(const char *dir, const struct kvs_store_opts *opts,
+		   struct kvs_store **out);
+
+/* Spills DRAM-only objects to the NVMe tier, syncs, frees.  Fails (and
+ * logs) only by losing memory-level objects.  NULL is a no-op. */
+void kvs_store_close(struct kvs_store *store);
+
+/* ---- put / get ------------------------------------------------------- */
+
+/* The store key of an encoded object (from its header).  0 or the
+ * kvs_header_decode() error. */
+int kvs_store_key_of(const uint8_t *obj, size_t len,
+		     struct kvs_store_key *out);
+
+/* "<64 hex>:<layer>" into @out (KVS_STORE_KEY_TEXT bytes). */
+void kvs_store_key_format(const struct kvs_store_key *key,
+			  char out[KVS_STORE_KEY_TEXT]);
+/* Parses the text form; 0 or -KVS_EPARAM. */
+int kvs_store_key_parse(const char *text, struct kvs_store_key *out);
+
+/*
+ * kvs_store_put - validate and store a copy of one encoded object.
+ * The object is refused (-KVS_E* of kvs_object_verify) if it fails any
+ * check.  Returns once @durability (raised to WRITTEN by write_through) is
+ * reached; a later put of the same key replaces it.  @key_out may be NULL.
+ */
+int kvs_store_put(struct kvs_store *store, const uint8_t *obj, size_t len,
+		  enum kvs_durability durability,
+		  struct kvs_store_key *key_out);
+
+/*
+ * kvs_store_put_batch - put @n objects, submitting their NVMe writes
+ * together (up to queue_depth in flight).  @results[i] gets each object's
+ * 0 or error; returns 0 if all succeeded, else the first error.  With
+ * DURABLE, no object is reported 0 unless the sync after it succeeded.
+ */
+int kvs_store_put_batch(struct kvs_store *store, const uint8_t *const *objs,
+			const size_t *lens, size_t n,
+			enum kvs_durability durability, int *results);
+
+/* A pinned object returned by a get. */
+struct kvs_store_ref;
+
+/*
+ * kvs_store_get - find an object, promoting it from NVMe into DRAM.
+ * Every object read from NVMe is checked (record header, checksum,
+ * kvs_object_verify); one that fails is dropped, counted in
+ * corrupt_dropped and reported as a miss.  Returns 0 and *@out (release
+ * with kvs_store_ref_release), -KVS_ENOTFOUND on a miss, or -errno.
+ */
+int kvs_store_get(struct kvs_store *store, const struct kvs_store_key *key,
+		  struct kvs_store_ref **out);
+
+/* Gets @n objects, reading the NVMe ones together (queue_depth in
+ * flight).  refs[i] is NULL and results[i] the error for a miss.
+ * Returns 0 (misses are not errors) or -errno. */
+int kvs_store_get_batch(struct kvs_store *store,
+			const struct kvs_store_key *keys, size_t n,
+			struct kvs_store_ref **refs, int *results);
+
+/* The object bytes of a ref; valid until the ref is released. */
+const uint8_t *kvs_store_ref_data(const struct kvs_store_ref *ref);
+size_t kvs_store_ref_len(const struct kvs_store_ref *ref);
+/* Unpins; NULL is a no-op. */
+void kvs_store_ref_release(struct kvs_store_ref *ref);
+
+/*
+ * kvs_store_lookup_prefix - how many leading spans of @span_ids are
+ * present for every layer in @layers (the scheduler's first question).
+ * Presence only: a later get may still miss on a corrupt record.
+ */
+size_t kvs_store_lookup_prefix(struct kvs_store *store,
+			       const uint8_t (*span_ids)[KVS_ID_SIZE],
+			       size_t n_spans, const uint32_t *layers,
+			       size_t n_layers);
+
+/* Makes every object WRITTEN so far DURABLE.  0 or -errno. */
+int kvs_store_sync(struct kvs_store *store);
+
+/* ---- statistics ------------------------------------------------------ */
+
+struct kvs_store_tier_stats {
+	uint64_t blocks;
+	uint64_t bytes;         /* object bytes held */
+	uint64_t capacity;
+};
+
+struct kvs_store_stats {
+	struct kvs_store_tier_stats dram, nvme;
+	uint64_t hits, misses;
+	uint64_t dram_hits, nvme_hits;
+	uint64_t evictions;     /* objects dropped from the store */
+	uint64_t spills;        /* DRAM -> NVMe writes on eviction */
+	uint64_t promotions;    /* NVMe -> DRAM reads */
+	uint64_t carried;       /* records moved forward by segment cleaning */
+	uint64_t corrupt_dropped; /* failed a check on read or at recovery */
+	uint64_t torn_dropped;  /* incomplete records found at recovery */
+	uint64_t segments;
+	uint64_t nvme_file_bytes; /* segment file bytes, headers and padding */
+	bool direct_io;         /* O_DIRECT in use */
+	bool hugepages;         /* DRAM arena on hugepages */
+	bool registered;        /* DRAM arena registered with io_uring */
+};
+
+/* Counters since open. */
+void kvs_store_stats_get(struct kvs_store *store,
+			 struct kvs_store_stats *out);
+
+/* ---- fsck ------------------------------------------------------------ */
+
+enum kvs_fsck_status {
+	KVS_FSCK_GOOD = 0,
+	KVS_FSCK_CORRUPT = 1,   /* a complete record failed a check */
+	KVS_FSCK_TORN = 2,      /* the log ends inside this record */
+};
+
+struct kvs_fsck_record {
+	uint64_t segment;       /* segment id */
+	uint64_t offset;        /* record offset in the segment file */
+	uint64_t length;        /* bytes this verdict covers */
+	uint64_t seq;           /* 0 if the header is unreadable */
+	bool key_valid;
+	struct kvs_store_key key;
+	enum kvs_fsck_status status;
+	const char *check;      /* failed check, NULL when good */
+	bool superseded;        /* good, but a newer record has its key */
+};
+
+struct kvs_fsck_report {
+	uint64_t segments, records, good, corrupt, torn, superseded;
+	uint64_t bad_segments;  /* segment header unreadable */
+	uint64_t repaired_segments; /* rewritten by --repair */
+};
+
+#define KVS_FSCK_REPAIR 0x1u
+
+/*
+ * kvs_store_fsck - offline check of the store in @dir: every record of
+ * every segment, fully verified, reported through @cb (may be NULL) in
+ * segment and offset order.  With KVS_FSCK_REPAIR, each segment holding a
+ * bad record is rewritten without it (new file, fsync, rename, fsync of
+ * the directory).  @io may be NULL.  Returns 0 (whatever was found),
+ * -KVS_EVERSION, or -errno.
+ */
+int kvs_store_fsck(const char *dir, unsigned flags,
+		   const struct kvs_store_io_ops *io,
+		   void (*cb)(void *arg, const struct kvs_fsck_record *rec),
+		   void *arg, struct kvs_fsck_report *report);
+
+/*
+ * Hook for the CUDA backend: when set (by the kernels module), called once
+ * with the DRAM arena after it is mapped, to pin it (cudaHostRegister);
+ * and with @unregister at close.  NULL by default (plain memory).
+ */
+extern int (*kvs_store_host_register_hook)(void *base, size_t len,
+					   bool unregister);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,351 @@
+/*
+ * get.c - reads: DRAM hits are pinned and returned in place; NVMe hits
+ * are read (a batch together, queue_depth in flight) straight into a DRAM
+ * slot, which promotes them, or into a private buffer when there is no
+ * room.  Every record read from NVMe is checked in full before it is
+ * served; one that fails is dropped, counted and reported as a miss.
+ * Also the longest-prefix lookup and the statistics.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvstash/log.h"
+#include "store_internal.h"
+
+struct kvs_store_ref {
+	struct kvs_store *store;
+	struct entry *entry;    /* pinned, or NULL */
+	uint8_t *owned;         /* private record image, or NULL */
+	const uint8_t *data;
+	size_t len;
+};
+
+int store_check_read(struct kvs_store *s, struct entry *e,
+		     const uint8_t *rec)
+{
+	struct rec_header h;
+	const char *check = "record sequence";
+	int err;
+
+	err = record_verify(rec, record_size(e->len), &e->key, &h, &check);
+	if (!err && (h.seq != e->seq || h.length != e->len))
+		err = -KVS_ECORRUPT;
+	if (!err)
+		return 0;
+	kvs_log(KVS_LOG_DEBUG,
+		"store: record in segment %llu at %llu failed %s: a miss",
+		(unsigned long long)(e->seg ? e->seg->id : 0),
+		(unsigned long long)e->off, check);
+	s->st.corrupt_dropped++;
+	nvme_detach(s, e);
+	return err;
+}
+
+static struct kvs_store_ref *ref_new(struct kvs_store *s, struct entry *pin,
+				     uint8_t *owned, const uint8_t *image,
+				     size_t len)
+{
+	struct kvs_store_ref *ref = calloc(1, sizeof(*ref));
+
+	if (!ref)
+		return NULL;
+	ref->store = s;
+	ref->entry = pin;
+	ref->owned = owned;
+	ref->data = image + REC_HEADER_SIZE;
+	ref->len = len;
+	return ref;
+}
+
+struct nvme_read {
+	struct entry *e;
+	uint8_t *buf;
+	bool in_dram;
+	size_t i;
+};
+
+static void read_buf_free(struct kvs_store *s, struct nvme_read *r)
+{
+	if (r->buf && r->in_dram)
+		dram_free(&s->dram, r->buf,
+			  dram_class(&s->dram, record_size(r->e->len)));
+	else
+		free(r->buf);
+	r->buf = NULL;
+}
+
+/* Finishes one NVMe read: check, then promote or hand over the buffer.
+ * Consumes the read's pin on the entry (a promoted ref keeps it). */
+static int finish_read(struct kvs_store *s, struct nvme_read *r, int res,
+		       struct kvs_store_ref **ref)
+{
+	struct entry *e = r->e;
+	bool promote = r->in_dram && !e->slot;
+	int err = res;
+
+	*ref = NULL;
+	if (!err)
+		err = store_check_read(s, e, r->buf);
+	if (!err && r->in_dram && e->slot) {
+		/* the same key twice in one batch: share the first copy */
+		read_buf_free(s, r);
+		r->buf = e->slot;
+	}
+	if (!err) {
+		if (e->nfreq < 3)
+			e->nfreq++;
+		*ref = ref_new(s, r->in_dram ? e : NULL,
+			       r->in_dram ? NULL : r->buf, r->buf, e->len);
+		if (!*ref)
+			err = -ENOMEM;
+	}
+	if (err) {
+		if (promote || !r->in_dram)
+			read_buf_free(s, r);
+		e->pins--;
+		entry_maybe_free(s, e);
+		return err;
+	}
+	if (promote) {
+		e->slot = r->buf;
+		e->cls = dram_class(&s->dram, record_size(e->len));
+		dram_insert(s, e);
+		s->st.promotions++;
+	}
+	if (!r->in_dram) {
+		e->pins--;
+		entry_maybe_free(s, e);
+	}
+	return 0;
+}
+
+/* Gives each pending read a buffer, then reads them all together. */
+static int read_batch(struct kvs_store *s, struct nvme_read *rd, size_t n,
+		      struct kvs_store_ref **refs, int *results)
+{
+	struct kvs_store_io_req *req = calloc(n ? n : 1, sizeof(*req));
+	unsigned nreq = 0;
+	int err = 0;
+
+	if (!req)
+		return -ENOMEM;
+	for (size_t k = 0; k < n; k++) {
+		uint64_t rec = record_size(rd[k].e->len);
+		int cls = s->dram_on ? dram_class(&s->dram, rec) : -1;
+
+		rd[k].buf = dram_make_room(s, cls);
+		rd[k].in_dram = rd[k].buf != NULL;
+		if (!rd[k].buf &&
+		    posix_memalign((void **)&rd[k].buf, KVS_STORE_ALIGN, rec))
+			rd[k].buf = NULL;
+	}
+	/* locations are read only now: making room may have moved records */
+	for (size_t k = 0; k < n; k++) {
+		struct entry *e = rd[k].e;
+
+		if (!rd[k].buf || !e->seg)
+			continue;
+		req[k] = (struct kvs_store_io_req){
+			.op = KVS_STORE_IO_READ, .fd = e->seg->fd,
+			.buf = rd[k].buf, .len = (uint32_t)record_size(e->len),
+			.off = e->off,
+			.buf_index = rd[k].in_dram ? buf_index_of(s, rd[k].buf)
+						   : -1,
+		};
+		nreq++;
+	}
+	if (nreq) {
+		/* compact the requests, keeping their order */
+		struct kvs_store_io_req *q = calloc(nreq, sizeof(*q));
+		size_t *map = calloc(nreq, sizeof(*map));
+		unsigned j = 0;
+
+		if (!q || !map) {
+			free(q);
+			free(map);
+			free(req);
+			return -ENOMEM;
+		}
+		for (size_t k = 0; k < n; k++)
+			if (req[k].op) {
+				map[j] = k;
+				q[j++] = req[k];
+			}
+		err = s->io->submit(s->io->ctx, s->ring, q, nreq,
+				    s->opts.queue_depth);
+		for (j = 0; j < nreq; j++) {
+			req[map[j]].res = err ? err : q[j].res;
+		}
+		free(q);
+		free(map);
+	}
+	for (size_t k = 0; k < n; k++) {
+		struct nvme_read *r = &rd[k];
+		int res;
+
+		if (!r->buf) {
+			res = -ENOMEM;
+		} else if (!req[k].op) {
+			res = -KVS_ENOTFOUND; /* dropped while making room */
+		} else {
+			res = req[k].res < 0 ? req[k].res :
+			      req[k].res != (int32_t)req[k].len ? -EIO : 0;
+			if (res && res != -KVS_ENOTFOUND)
+				kvs_log(KVS_LOG_ERR,
+					"store: read segment %llu: %s",
+					(unsigned long long)(r->e->seg ?
+						r->e->seg->id : 0),
+					kvs_strerror(res));
+		}
+		if (!r->buf || !req[k].op) {
+			read_buf_free(s, r);
+			r->e->pins--;
+			entry_maybe_free(s, r->e);
+		} else {
+			res = finish_read(s, r, res, &refs[r->i]);
+		}
+		results[r->i] = res;
+		if (res) {
+			s->st.misses++;
+		} else {
+			s->st.hits++;
+			s->st.nvme_hits++;
+		}
+	}
+	free(req);
+	return 0;
+}
+
+int kvs_store_get_batch(struct kvs_store *store,
+			const struct kvs_store_key *keys, size_t n,
+			struct kvs_store_ref **refs, int *results)
+{
+	struct kvs_store *s = store;
+	struct nvme_read *rd = calloc(n ? n : 1, sizeof(*rd));
+	size_t nrd = 0;
+	int err;
+
+	if (!rd)
+		return -ENOMEM;
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < n; i++) {
+		struct entry *e = index_find(&s->index, &keys[i]);
+
+		refs[i] = NULL;
+		results[i] = -KVS_ENOTFOUND;
+		if (e && e->slot) {
+			refs[i] = ref_new(s, e, NULL, e->slot, e->len);
+			if (!refs[i]) {
+				results[i] = -ENOMEM;
+				continue;
+			}
+			e->pins++;
+			dram_hit(e);
+			results[i] = 0;
+			s->st.hits++;
+			s->st.dram_hits++;
+		} else if (e && e->seg) {
+			e->pins++;
+			rd[nrd].e = e;
+			rd[nrd].i = i;
+			nrd++;
+		} else {
+			s->st.misses++;
+		}
+	}
+	err = read_batch(s, rd, nrd, refs, results);
+	pthread_mutex_unlock(&s->lock);
+	free(rd);
+	return err;
+}
+
+int kvs_store_get(struct kvs_store *store, const struct kvs_store_key *key,
+		  struct kvs_store_ref **out)
+{
+	struct kvs_store_ref *ref;
+	int result, err;
+
+	err = kvs_store_get_batch(store, key, 1, &ref, &result);
+	if (err)
+		return err;
+	if (result)
+		return result;
+	*out = ref;
+	return 0;
+}
+
+const uint8_t *kvs_store_ref_data(const struct kvs_store_ref *ref)
+{
+	return ref->data;
+}
+
+size_t kvs_store_ref_len(const struct kvs_store_ref *ref)
+{
+	return ref->len;
+}
+
+void kvs_store_ref_release(struct kvs_store_ref *ref)
+{
+	struct entry *e;
+
+	if (!ref)
+		return;
+	e = ref->entry;
+	if (e) {
+		pthread_mutex_lock(&ref->store->lock);
+		e->pins--;
+		entry_maybe_free(ref->store, e);
+		pthread_mutex_unlock(&ref->store->lock);
+	}
+	free(ref->owned);
+	free(ref);
+}
+
+size_t kvs_store_lookup_prefix(struct kvs_store *store,
+			       const uint8_t (*span_ids)[KVS_ID_SIZE],
+			       size_t n_spans, const uint32_t *layers,
+			       size_t n_layers)
+{
+	struct kvs_store_key key;
+	size_t i;
+
+	pthread_mutex_lock(&store->lock);
+	for (i = 0; i < n_spans; i++) {
+		size_t l;
+
+		memcpy(key.span_id, span_ids[i], KVS_ID_SIZE);
+		for (l = 0; l < n_layers; l++) {
+			struct entry *e;
+
+			key.layer = layers[l];
+			e = index_find(&store->index, &key);
+			if (!e || (!e->slot && !e->seg))
+				break;
+		}
+		if (l < n_layers)
+			break;
+	}
+	pthread_mutex_unlock(&store->lock);
+	return i;
+}
+
+void kvs_store_stats_get(struct kvs_store *store, struct kvs_store_stats *out)
+{
+	struct kvs_store *s = store;
+
+	pthread_mutex_lock(&s->lock);
+	*out = s->st;
+	out->dram.blocks = s->dram_objects;
+	out->dram.bytes = s->dram_obj_bytes;
+	out->dram.capacity = s->dram_on ? s->opts.dram_capacity : 0;
+	out->nvme.blocks = s->nvme_objects;
+	out->nvme.bytes = s->nvme_obj_bytes;
+	out->nvme.capacity = s->nvme_on ? s->opts.nvme_capacity : 0;
+	out->segments = s->nsegs;
+	out->nvme_file_bytes = s->nvme_file_bytes;
+	out->direct_io = s->direct;
+	out->hugepages = s->dram.huge;
+	out->registered = s->registered;
+	pthread_mutex_unlock(&s->lock);
+}

@@ -1,0 +1,116 @@
+/*
+ * index.c - hash table from (span id, layer) to entry, chained, grown by
+ * doubling at load factor 1.  Span ids are SHA-256 digests, so their
+ * first bytes are already uniform and serve as the hash.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_internal.h"
+
+static uint64_t key_hash(const struct kvs_store_key *key)
+{
+	uint64_t h;
+
+	memcpy(&h, key->span_id, sizeof(h));
+	return h ^ ((uint64_t)key->layer + 1) * 0x9e3779b97f4a7c15ull;
+}
+
+int index_init(struct index *ix)
+{
+	ix->nbuckets = 1024;
+	ix->count = 0;
+	ix->bucket = calloc(ix->nbuckets, sizeof(*ix->bucket));
+	return ix->bucket ? 0 : -ENOMEM;
+}
+
+void index_fini(struct index *ix)
+{
+	free(ix->bucket);
+	ix->bucket = NULL;
+}
+
+struct entry *index_find(struct index *ix, const struct kvs_store_key *key)
+{
+	uint64_t h = key_hash(key);
+	struct entry *e = ix->bucket[h & (ix->nbuckets - 1)];
+
+	for (; e; e = e->hnext)
+		if (e->hash == h && memcmp(&e->key, key, sizeof(*key)) == 0)
+			return e;
+	return NULL;
+}
+
+static void grow(struct index *ix)
+{
+	size_t n = ix->nbuckets * 2;
+	struct entry **b = calloc(n, sizeof(*b));
+
+	if (!b)
+		return; /* keep the longer chains */
+	for (size_t i = 0; i < ix->nbuckets; i++) {
+		struct entry *e = ix->bucket[i], *next;
+
+		for (; e; e = next) {
+			next = e->hnext;
+			e->hnext = b[e->hash & (n - 1)];
+			b[e->hash & (n - 1)] = e;
+		}
+	}
+	free(ix->bucket);
+	ix->bucket = b;
+	ix->nbuckets = n;
+}
+
+int index_insert(struct index *ix, const struct kvs_store_key *key,
+		 struct entry **out)
+{
+	struct entry *e = calloc(1, sizeof(*e));
+	size_t b;
+
+	if (!e)
+		return -ENOMEM;
+	if (ix->count >= ix->nbuckets)
+		grow(ix);
+	e->key = *key;
+	e->hash = key_hash(key);
+	e->cls = -1;
+	list_init(&e->dlink);
+	list_init(&e->nlink);
+	b = e->hash & (ix->nbuckets - 1);
+	e->hnext = ix->bucket[b];
+	ix->bucket[b] = e;
+	e->in_index = true;
+	ix->count++;
+	*out = e;
+	return 0;
+}
+
+void index_remove(struct index *ix, struct entry *e)
+{
+	struct entry **p = &ix->bucket[e->hash & (ix->nbuckets - 1)];
+
+	for (; *p; p = &(*p)->hnext) {
+		if (*p == e) {
+			*p = e->hnext;
+			e->hnext = NULL;
+			e->in_index = false;
+			ix->count--;
+			return;
+		}
+	}
+}
+
+void index_each(struct index *ix, void (*fn)(void *arg, struct entry *e),
+		void *arg)
+{
+	for (size_t i = 0; i < ix->nbuckets; i++) {
+		struct entry *e = ix->bucket[i], *next;
+
+		for (; e; e = next) {
+			next = e->hnext;
+			fn(arg, e);
+		}
+	}
+}

@@ -1,0 +1,272 @@
+/*
+ * recover.c - rebuild the index from the segment files at open; there is
+ * no other metadata to disagree with them.
+ *
+ * Segments are scanned together, one 4096-byte record-header read per
+ * segment per round, submitted as one batch, so a store of many segments
+ * recovers at the device's parallel rate rather than one seek at a time.
+ * A valid header indexes its record (newest sequence number wins); a page
+ * that is not a valid header starts a bad run, skipped page by page (all
+ * records are 4096-aligned, so the scan resynchronises on the next valid
+ * header): a run that a valid header ends was a corrupt record, a run
+ * that reaches the end of the file, or a record that extends past it, a
+ * torn one.  Payloads are not read here, except in the newest segment,
+ * the only one that can hold writes cut short by a crash: its records are
+ * checked in full.  Every later read from NVMe checks the record again.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kvstash/log.h"
+#include "store_internal.h"
+
+struct scan {
+	struct segment *seg;
+	uint64_t off;
+	bool in_bad;
+	bool done;
+};
+
+/* Indexes the record at @off of @seg unless a newer one is known. */
+static int index_record(struct kvs_store *s, struct segment *seg,
+			uint64_t off, const struct rec_header *h)
+{
+	struct entry *e = index_find(&s->index, &h->key);
+	int err;
+
+	if (h->seq >= s->next_seq)
+		s->next_seq = h->seq + 1;
+	if (e && e->seg && e->seq >= h->seq)
+		return 0;
+	if (!e) {
+		err = index_insert(&s->index, &h->key, &e);
+		if (err)
+			return err;
+	}
+	nvme_detach(s, e);
+	e->len = h->length;
+	e->psum = h->payload_sum;
+	nvme_attach(s, e, seg, off, h->seq);
+	return 0;
+}
+
+/* One scan step on the page read at sc->off. */
+static int scan_step(struct kvs_store *s, struct scan *sc,
+		     const uint8_t *page, int res)
+{
+	struct segment *seg = sc->seg;
+	struct rec_header h;
+	int err;
+
+	if (res != (int)KVS_STORE_ALIGN) {
+		sc->done = true;
+		if (res < 0) {
+			kvs_log(KVS_LOG_ERR, "store: scan segment %llu: %s",
+				(unsigned long long)seg->id, strerror(-res));
+			return res;
+		}
+		return 0;
+	}
+	if (rec_header_decode(page, &h) == 0) {
+		if (sc->in_bad)
+			s->st.corrupt_dropped++;
+		sc->in_bad = false;
+		if (sc->off + record_size(h.length) > seg->size) {
+			s->st.torn_dropped++;
+			sc->done = true;
+			return 0;
+		}
+		err = index_record(s, seg, sc->off, &h);
+		if (err)
+			return err;
+		sc->off += record_size(h.length);
+	} else {
+		sc->in_bad = true;
+		sc->off += KVS_STORE_ALIGN;
+	}
+	if (sc->off + KVS_STORE_ALIGN > seg->size) {
+		if (sc->in_bad)
+			s->st.torn_dropped++;
+		sc->done = true;
+	}
+	return 0;
+}
+
+static int scan_all(struct kvs_store *s, struct scan *sc, size_t n)
+{
+	struct kvs_store_io_req *req = calloc(n, sizeof(*req));
+	uint8_t *pages = NULL;
+	size_t *map = calloc(n, sizeof(*map));
+	int err = 0;
+
+	if (!req || !map ||
+	    posix_memalign((void **)&pages, KVS_STORE_ALIGN,
+			   n * KVS_STORE_ALIGN)) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (;;) {
+		unsigned nreq = 0;
+
+		for (size_t i = 0; i < n; i++) {
+			if (sc[i].done)
+				continue;
+			req[nreq] = (struct kvs_store_io_req){
+				.op = KVS_STORE_IO_READ, .fd = sc[i].seg->fd,
+				.buf = pages + nreq * KVS_STORE_ALIGN,
+				.len = KVS_STORE_ALIGN, .off = sc[i].off,
+				.buf_index = -1,
+			};
+			map[nreq++] = i;
+		}
+		if (nreq == 0)
+			break;
+		err = s->io->submit(s->io->ctx, s->ring, req, nreq,
+				    s->opts.queue_depth);
+		if (err)
+			goto out;
+		for (unsigned k = 0; k < nreq; k++) {
+			err = scan_step(s, &sc[map[k]],
+					pages + k * KVS_STORE_ALIGN,
+					req[k].res);
+			if (err)
+				goto out;
+		}
+	}
+out:
+	free(pages);
+	free(map);
+	free(req);
+	return err;
+}
+
+/* Checks every record of the newest segment in full. */
+static int verify_newest(struct kvs_store *s, struct segment *seg)
+{
+	struct list *l, *next;
+	uint8_t *buf;
+	ssize_t n;
+
+	if (list_empty(&seg->records))
+		return 0;
+	if (posix_memalign((void **)&buf, KVS_STORE_ALIGN, seg->size))
+		return -ENOMEM;
+	n = s->io->pread(s->io->ctx, seg->fd, buf, seg->size, 0);
+	if (n < 0 || (uint64_t)n != seg->size) {
+		free(buf);
+		kvs_log(KVS_LOG_ERR, "store: read segment %llu: %s",
+			(unsigned long long)seg->id,
+			n < 0 ? strerror((int)-n) : "short read");
+		return n < 0 ? (int)n : -EIO;
+	}
+	for (l = seg->records.next; l != &seg->records; l = next) {
+		struct entry *e = list_entry(l, struct entry, nlink);
+
+		next = l->next;
+		if (record_verify(buf + e->off, seg->size - e->off, &e->key,
+				  NULL, NULL) == 0)
+			continue;
+		s->st.torn_dropped++;
+		nvme_detach(s, e);
+		entry_maybe_free(s, e);
+	}
+	free(buf);
+	return 0;
+}
+
+/* Opens segment @id and checks its header; adds it to the store.  A
+ * segment with a bad header is kept empty (reclaimed in turn). */
+static int open_segment(struct kvs_store *s, uint64_t id,
+			struct segment **out)
+{
+	char path[4096];
+	struct stat st;
+	uint64_t hdr_id;
+	ssize_t n;
+	int fd, err;
+
+	seg_path(s, id, path, sizeof(path));
+	err = nvme_open_file(s, path, false, &fd);
+	if (err)
+		return err;
+	if (fstat(fd, &st)) {
+		err = -errno;
+		s->io->close(s->io->ctx, fd);
+		return err;
+	}
+	n = s->io->pread(s->io->ctx, fd, s->scratch, SEG_HEADER_SIZE, 0);
+	err = n != SEG_HEADER_SIZE ? -KVS_ETRUNC :
+	      seg_header_decode(s->scratch, &hdr_id);
+	if (err == -KVS_EVERSION) {
+		kvs_log(KVS_LOG_ERR,
+			"store: %s was written by a newer kvstash (store format > %u); refusing to open %s",
+			path, KVS_STORE_FORMAT_VERSION, s->dir);
+		s->io->close(s->io->ctx, fd);
+		return err;
+	}
+	if (!err && hdr_id != id)
+		err = -KVS_ECORRUPT;
+	*out = seg_new(s, id, fd, err ? (uint64_t)st.st_size :
+			     (uint64_t)st.st_size / KVS_STORE_ALIGN *
+			     KVS_STORE_ALIGN);
+	if (!*out) {
+		s->io->close(s->io->ctx, fd);
+		return -ENOMEM;
+	}
+	(*out)->sealed = true;
+	if (err) {
+		kvs_log(KVS_LOG_WARN, "store: segment %s unreadable (%s)",
+			path, kvs_strerror(err));
+		if (err == -KVS_ETRUNC)
+			s->st.torn_dropped++;
+		else
+			s->st.corrupt_dropped++;
+		*out = NULL;
+	}
+	return 0;
+}
+
+int recover(struct kvs_store *s)
+{
+	struct scan *sc = NULL;
+	struct segment *newest = NULL;
+	uint64_t *ids = NULL;
+	size_t n = 0, nsc = 0;
+	int err;
+
+	err = seg_list(s->dir, &ids, &n);
+	if (err)
+		return err;
+	sc = calloc(n ? n : 1, sizeof(*sc));
+	if (!sc) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct segment *seg;
+
+		err = open_segment(s, ids[i], &seg);
+		if (err)
+			goto out;
+		if (!seg)
+			continue;
+		newest = seg;
+		sc[nsc].seg = seg;
+		sc[nsc].off = SEG_HEADER_SIZE;
+		sc[nsc].done = seg->size <= SEG_HEADER_SIZE;
+		nsc++;
+	}
+	err = scan_all(s, sc, nsc);
+	if (!err && newest)
+		err = verify_newest(s, newest);
+	if (!err)
+		kvs_log(KVS_LOG_INFO,
+			"store: recovered %llu records from %zu segments",
+			(unsigned long long)s->nvme_objects, n);
+out:
+	free(sc);
+	free(ids);
+	return err;
+}

@@ -1,0 +1,306 @@
+/*
+ * store_internal.h - private structures of the store engine.
+ *
+ *   format.c   on-disk encodings: superblock, segment header, record header
+ *   io.c       default ops table: system calls and the io_uring engine
+ *   dram.c     the DRAM arena: slabs split into size-classed slots
+ *   index.c    hash table from key to entry, intrusive lists
+ *   policy.c   S3-FIFO queues of the DRAM tier, ghost bookkeeping
+ *   nvme.c     segments: create, append, read, reclaim (cleaning)
+ *   recover.c  rebuild the index from the segments at open
+ *   store.c    public API: open/close, put, get, lookup, stats
+ *   fsck.c     offline check and repair
+ */
+#ifndef KVSTASH_STORE_INTERNAL_H
+#define KVSTASH_STORE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "kvstash/store.h"
+
+#define SEG_HEADER_SIZE 4096u
+#define REC_HEADER_SIZE KVS_STORE_RECORD_HEADER
+#define STORE_MAX_OBJECT (64u << 20)
+#define SUPERBLOCK_NAME "KVSTASH"
+#define LOCK_NAME "LOCK"
+
+static inline uint64_t align_up(uint64_t x, uint64_t a)
+{
+	return (x + a - 1) / a * a;
+}
+
+/* Bytes of the record holding an object of @len bytes. */
+static inline uint64_t record_size(uint64_t len)
+{
+	return align_up(REC_HEADER_SIZE + len, KVS_STORE_ALIGN);
+}
+
+/* ---- lists ----------------------------------------------------------- */
+
+struct list {
+	struct list *prev, *next;
+};
+
+static inline void list_init(struct list *l)
+{
+	l->prev = l->next = l;
+}
+
+static inline bool list_empty(const struct list *l)
+{
+	return l->next == l;
+}
+
+/* Inserts @n right after @head (the "newest" end). */
+static inline void list_push(struct list *head, struct list *n)
+{
+	n->next = head->next;
+	n->prev = head;
+	head->next->prev = n;
+	head->next = n;
+}
+
+static inline void list_del(struct list *n)
+{
+	n->prev->next = n->next;
+	n->next->prev = n->prev;
+	n->prev = n->next = n;
+}
+
+/* The oldest element (tail), or NULL. */
+static inline struct list *list_oldest(struct list *head)
+{
+	return list_empty(head) ? NULL : head->prev;
+}
+
+#define list_entry(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+
+/* ---- on-disk encodings (format.c) ------------------------------------ */
+
+struct rec_header {
+	uint16_t version;
+	uint16_t flags;
+	uint64_t seq;
+	uint32_t length;        /* object bytes */
+	uint64_t payload_sum;   /* xxh3-64 of the object bytes */
+	struct kvs_store_key key;
+};
+
+void rec_header_encode(const struct rec_header *h, uint8_t *buf);
+/* 0, -KVS_EMAGIC, -KVS_EVERSION, -KVS_EHDRSUM or -KVS_EBOUNDS. */
+int rec_header_decode(const uint8_t *buf, struct rec_header *out);
+uint64_t payload_checksum(const uint8_t *obj, size_t len);
+/* Name of the record-header check an error of rec_header_decode names. */
+const char *rec_check_name(int err);
+
+void seg_header_encode(uint64_t id, uint8_t *buf);
+/* 0, -KVS_EMAGIC, -KVS_EVERSION or -KVS_EHDRSUM; *id on success. */
+int seg_header_decode(const uint8_t *buf, uint64_t *id);
+
+/* Superblock: checks or creates @dir/KVSTASH. */
+int superblock_check(const struct kvs_store_io_ops *io, const char *dir,
+		     bool create);
+
+/* Full check of a record image (header + object); @check_out names the
+ * failed check.  0 or the error. */
+int record_verify(const uint8_t *rec, size_t avail,
+		  const struct kvs_store_key *expect, struct rec_header *out,
+		  const char **check_out);
+
+int dir_fsync(const struct kvs_store_io_ops *io, const char *dir);
+/* seg-<16 hex>.kvs; parses back, 0 or -EINVAL. */
+void seg_name(uint64_t id, char out[32]);
+int seg_name_parse(const char *name, uint64_t *id);
+/* Sorted segment ids found in @dir (malloc'd). */
+int seg_list(const char *dir, uint64_t **ids, size_t *n);
+
+/* ---- io_uring engine (io.c) ------------------------------------------ */
+
+int ring_create(unsigned depth, struct kvs_store_ring **out);
+void ring_destroy(struct kvs_store_ring *ring);
+/* Registers @n iovecs; 0 or -errno (the store then runs unregistered). */
+int ring_register(struct kvs_store_ring *ring, const struct iovec *iov,
+		  unsigned n);
+
+/* ---- DRAM arena (dram.c) --------------------------------------------- */
+
+struct slab {
+	struct list link;       /* in its class's partial list */
+	uint32_t cls;           /* UINT32_MAX: free slab */
+	uint32_t free_head;     /* first free slot index, UINT32_MAX: none */
+	uint32_t nfree;
+	uint32_t nslots;
+	uint32_t carved;        /* slots handed out at least once */
+};
+
+struct dram {
+	uint8_t *base;
+	size_t map_len;
+	uint64_t capacity;
+	uint32_t slab_size;
+	uint32_t nslabs;
+	struct slab *slabs;
+	uint32_t *free_slabs;   /* stack */
+	uint32_t nfree_slabs;
+	uint32_t nclasses;
+	uint32_t class_size[64];
+	struct list partial[64];
+	uint64_t used_bytes;    /* slot bytes handed out */
+	bool huge, host_registered;
+};
+
+int dram_init(struct dram *d, uint64_t capacity);
+void dram_fini(struct dram *d);
+/* Class for a record of @rec bytes, or -1 if it cannot live in DRAM. */
+int dram_class(const struct dram *d, uint64_t rec);
+/* A slot of class @cls, or NULL if none is free. */
+uint8_t *dram_alloc(struct dram *d, int cls);
+void dram_free(struct dram *d, uint8_t *slot, int cls);
+
+/* ---- entries and index (index.c) ------------------------------------- */
+
+enum dram_queue {
+	DQ_NONE = 0,
+	DQ_SMALL,
+	DQ_MAIN,
+	DQ_GHOST,
+};
+
+struct segment;
+
+struct entry {
+	struct kvs_store_key key;
+	uint64_t hash;
+	struct entry *hnext;
+	uint32_t len;           /* object bytes */
+	uint64_t psum;          /* xxh3-64 of the object bytes */
+	uint32_t pins;
+	bool in_index;
+	/* DRAM tier */
+	uint8_t *slot;          /* record image: header, object, pad */
+	int cls;
+	uint8_t dq;             /* enum dram_queue */
+	uint8_t dfreq;
+	struct list dlink;
+	/* NVMe tier */
+	struct segment *seg;    /* segment of the newest record, or NULL */
+	uint64_t off;
+	uint64_t seq;
+	uint8_t nfreq;
+	bool nghost;
+	struct list nlink;      /* seg->records, or the NVMe ghost queue */
+};
+
+struct index {
+	struct entry **bucket;
+	size_t nbuckets, count;
+};
+
+int index_init(struct index *ix);
+void index_fini(struct index *ix);
+struct entry *index_find(struct index *ix, const struct kvs_store_key *key);
+/* New entry for @key (must be absent), 0 or -ENOMEM. */
+int index_insert(struct index *ix, const struct kvs_store_key *key,
+		 struct entry **out);
+void index_remove(struct index *ix, struct entry *e);
+/* Calls @fn on every entry (which may remove it). */
+void index_each(struct index *ix, void (*fn)(void *arg, struct entry *e),
+		void *arg);
+
+/* ---- NVMe segments (nvme.c) ------------------------------------------ */
+
+struct segment {
+	uint64_t id;
+	int fd;
+	uint64_t size;          /* bytes written (next append offset) */
+	uint64_t live_bytes;
+	uint64_t live_count;
+	struct list records;    /* entries whose newest record is here */
+	struct list link;       /* store's segment list, oldest first */
+	bool sealed;            /* no more appends */
+	bool dirty;             /* written since the last fdatasync */
+};
+
+/* ---- the store (store.c) --------------------------------------------- */
+
+struct kvs_store {
+	pthread_mutex_t lock;
+	char *dir;
+	int lock_fd;
+	struct kvs_store_opts opts;
+	const struct kvs_store_io_ops *io;
+	struct kvs_store_ring *ring;
+	bool direct;
+	struct index index;
+	/* DRAM tier */
+	struct dram dram;
+	bool dram_on;
+	struct list small, main, ghost;
+	uint64_t small_bytes, main_bytes;
+	uint64_t nmain, nghost_d;
+	uint64_t dram_objects, dram_obj_bytes;
+	bool registered;
+	/* NVMe tier */
+	bool nvme_on;
+	struct list segments;   /* oldest first; the last is the head */
+	uint64_t nsegs;
+	uint64_t next_seg_id;
+	uint64_t next_seq;
+	uint64_t max_segs;
+	uint64_t nvme_objects, nvme_obj_bytes, nvme_file_bytes;
+	struct list nghost;     /* NVMe ghosts, oldest at the tail */
+	uint64_t nghost_n;
+	uint8_t *scratch;       /* aligned bounce buffer, one record */
+	uint64_t scratch_len;
+	struct kvs_store_stats st;
+};
+
+/* policy.c */
+void dram_insert(struct kvs_store *s, struct entry *e);
+void dram_hit(struct entry *e);
+/* Removes @e's DRAM copy (slot freed unless pinned: then at unpin). */
+void dram_drop(struct kvs_store *s, struct entry *e);
+/* Allocates a slot of @cls, evicting (and spilling) as needed.
+ * Returns the slot or NULL (everything pinned / no tier). */
+uint8_t *dram_make_room(struct kvs_store *s, int cls);
+void ghost_trim(struct kvs_store *s);
+/* Frees @e if it holds nothing and nobody pins it. */
+void entry_maybe_free(struct kvs_store *s, struct entry *e);
+
+/* nvme.c */
+void seg_path(const struct kvs_store *s, uint64_t id, char *out, size_t n);
+int nvme_open_file(struct kvs_store *s, const char *path, bool create,
+		   int *fd_out);
+/* Reserves room for a record of @rec bytes in the head segment, rolling
+ * (and reclaiming) segments as needed; nothing may be in flight. */
+int nvme_reserve(struct kvs_store *s, uint64_t rec, struct segment **seg,
+		 uint64_t *off);
+/* True if the head segment has room for @rec more bytes. */
+bool nvme_head_fits(struct kvs_store *s, uint64_t rec);
+/* Points @e at its new record (replacing an older one). */
+void nvme_attach(struct kvs_store *s, struct entry *e, struct segment *seg,
+		 uint64_t off, uint64_t seq);
+/* Forgets @e's NVMe record (as data, not as ghost). */
+void nvme_detach(struct kvs_store *s, struct entry *e);
+/* Writes one record image synchronously to a fresh place. */
+int nvme_write_image(struct kvs_store *s, struct entry *e, uint8_t *image,
+		     int buf_index, enum kvs_durability dur);
+int nvme_sync_dirty(struct kvs_store *s);
+struct segment *seg_new(struct kvs_store *s, uint64_t id, int fd,
+			uint64_t size);
+void seg_free(struct kvs_store *s, struct segment *seg);
+int buf_index_of(struct kvs_store *s, const uint8_t *p);
+
+/* recover.c */
+int recover(struct kvs_store *s);
+
+/* Checks @rec of @e read from NVMe; on failure drops it and counts. */
+int store_check_read(struct kvs_store *s, struct entry *e,
+		     const uint8_t *rec);
+
+#endif

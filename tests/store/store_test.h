@@ -1,0 +1,229 @@
+/*
+ * store_test.h - helpers shared by the store tests: small sealed blocks
+ * made with kvs_block_seal, scratch store directories on the real disk
+ * (under the build directory, where O_DIRECT works), and a fault-injecting
+ * I/O ops table wrapping the real one.
+ */
+#ifndef KVSTASH_TESTS_STORE_TEST_H
+#define KVSTASH_TESTS_STORE_TEST_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kvstash/kvformat.h"
+#include "kvstash/store.h"
+
+static inline uint64_t test_rand(uint64_t *state)
+{
+	uint64_t x = *state += 0x9e3779b97f4a7c15ull;
+
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/* A sealed block with @ident and @heads KV heads (head_dim 32,
+ * S=R=G=32), values from @seed, malloc'd. */
+static inline uint8_t *test_block_ident(const struct kvs_ident *ident,
+					uint64_t seed, uint16_t heads,
+					size_t *len)
+{
+	struct kvs_shape shape = {
+		.kv_heads = heads, .head_dim = 32, .group = 32, .bits = 2,
+		.meta_type = KVS_DTYPE_F16, .span = 32, .residual = 32,
+	};
+	size_t n = (size_t)heads * 32 * 32;
+	float *kv = malloc(2 * n * sizeof(float));
+	uint64_t st = seed * 104729 + 7;
+	uint8_t *obj = NULL;
+
+	if (!kv)
+		return NULL;
+	for (size_t i = 0; i < 2 * n; i++)
+		kv[i] = (float)(test_rand(&st) % 2000) / 100.0f - 10.0f;
+	if (kvs_block_seal(&shape, ident, KVS_DTYPE_F32, kv, kv + n, 0, &obj,
+			   len) != 0)
+		obj = NULL;
+	free(kv);
+	return obj;
+}
+
+/* A sealed block for @seed (its own span id, layer seed % 4). */
+static inline uint8_t *test_block(uint64_t seed, uint16_t heads,
+				  size_t *len, struct kvs_store_key *key)
+{
+	struct kvs_ident ident;
+	uint64_t st = seed * 7919 + 1;
+	uint8_t *obj;
+
+	memset(&ident, 0, sizeof(ident));
+	for (int i = 0; i < KVS_ID_SIZE; i += 8) {
+		uint64_t r = test_rand(&st);
+
+		memcpy(ident.block_id + i, &r, 8);
+	}
+	ident.layer = (uint32_t)(seed % 4);
+	ident.first_pos = seed * 32;
+	obj = test_block_ident(&ident, seed, heads, len);
+	if (obj && key)
+		kvs_store_key_of(obj, *len, key);
+	return obj;
+}
+
+/* A fresh directory under $KVS_TEST_DIR (or .), removed by test_rmdir. */
+static inline char *test_mkdir(void)
+{
+	const char *base = getenv("KVS_TEST_DIR");
+	char *path = malloc(4096);
+
+	snprintf(path, 4096, "%s/storetest-XXXXXX", base ? base : ".");
+	if (!mkdtemp(path)) {
+		free(path);
+		return NULL;
+	}
+	return path;
+}
+
+static inline void test_rmdir(char *path)
+{
+	char cmd[4200];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", path);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", path);
+	free(path);
+}
+
+static inline void test_opts(struct kvs_store_opts *o, uint64_t dram,
+			     uint64_t nvme, uint64_t seg)
+{
+	kvs_store_opts_default(o);
+	o->dram_capacity = dram;
+	o->nvme_capacity = nvme;
+	o->segment_size = seg;
+}
+
+/* ---- fault injection ------------------------------------------------- */
+
+enum test_fault {
+	FAULT_NONE = 0,
+	FAULT_EIO,      /* write fails, nothing written */
+	FAULT_ENOSPC,   /* write fails, nothing written */
+	FAULT_SHORT,    /* half the bytes written, short count returned */
+	FAULT_TORN,     /* half the bytes written, then EIO */
+	FAULT_SYNC_EIO, /* fdatasync / fsync fail */
+	FAULT_FULL,     /* every write and file creation: ENOSPC */
+};
+
+struct test_faults {
+	enum test_fault fault;
+	int countdown;  /* writes to let through before failing; -1 never */
+	int injected;
+};
+
+static inline bool fault_fire(struct test_faults *f)
+{
+	if (f->fault == FAULT_NONE || f->countdown < 0)
+		return false;
+	if (f->countdown > 0) {
+		f->countdown--;
+		return false;
+	}
+	f->injected++;
+	return true;
+}
+
+static inline int fault_open(void *ctx, const char *path, int flags,
+			     mode_t mode)
+{
+	struct test_faults *f = ctx;
+
+	if (f->fault == FAULT_FULL && (flags & O_CREAT) &&
+	    strstr(path, "seg-")) {
+		f->injected++;
+		return -ENOSPC;
+	}
+	return kvs_store_io_default()->open(NULL, path, flags, mode);
+}
+
+static inline ssize_t fault_write(struct test_faults *f, int fd,
+				  const void *buf, size_t len, off_t off)
+{
+	const struct kvs_store_io_ops *d = kvs_store_io_default();
+
+	if (f->fault == FAULT_FULL) {
+		f->injected++;
+		return -ENOSPC;
+	}
+	if (f->fault == FAULT_SYNC_EIO || !fault_fire(f))
+		return d->pwrite(NULL, fd, buf, len, off);
+	switch (f->fault) {
+	case FAULT_EIO:
+		return -EIO;
+	case FAULT_ENOSPC:
+		return -ENOSPC;
+	case FAULT_SHORT:
+		return d->pwrite(NULL, fd, buf, len / 2 / 4096 * 4096, off);
+	case FAULT_TORN:
+		d->pwrite(NULL, fd, buf, len / 2 / 4096 * 4096, off);
+		return -EIO;
+	default:
+		return d->pwrite(NULL, fd, buf, len, off);
+	}
+}
+
+static inline ssize_t fault_pwrite(void *ctx, int fd, const void *buf,
+				   size_t len, off_t off)
+{
+	/* segment headers and superblocks: only a full disk fails them */
+	struct test_faults *f = ctx;
+
+	if (f->fault == FAULT_FULL)
+		return -ENOSPC;
+	return kvs_store_io_default()->pwrite(NULL, fd, buf, len, off);
+}
+
+static inline int fault_sync(void *ctx, int fd)
+{
+	struct test_faults *f = ctx;
+
+	if (f->fault == FAULT_SYNC_EIO && fault_fire(f))
+		return -EIO;
+	return kvs_store_io_default()->fdatasync(NULL, fd);
+}
+
+static inline int fault_submit(void *ctx, struct kvs_store_ring *ring,
+			       struct kvs_store_io_req *reqs, unsigned n,
+			       unsigned depth)
+{
+	struct test_faults *f = ctx;
+	const struct kvs_store_io_ops *d = kvs_store_io_default();
+
+	for (unsigned i = 0; i < n; i++) {
+		if (reqs[i].op == KVS_STORE_IO_WRITE)
+			reqs[i].res = (int32_t)fault_write(f, reqs[i].fd,
+							   reqs[i].buf,
+							   reqs[i].len,
+							   (off_t)reqs[i].off);
+		else
+			d->submit(NULL, ring, &reqs[i], 1, 1);
+	}
+	return 0;
+}
+
+static inline void fault_ops(struct kvs_store_io_ops *ops,
+			     struct test_faults *f)
+{
+	*ops = *kvs_store_io_default();
+	ops->open = fault_open;
+	ops->pwrite = fault_pwrite;
+	ops->fdatasync = fault_sync;
+	ops->submit = fault_submit;
+	ops->ctx = f;
+}
+
+#endif

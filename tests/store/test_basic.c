@@ -1,0 +1,422 @@
+/*
+ * test_basic.c - store engine: key text, put/get byte-identical in each
+ * tier and across them (spill, promotion), reopen after a clean close,
+ * capacity under churn, S3-FIFO scan resistance (beside an LRU model that
+ * fails the same trace), pinning, longest-prefix lookup, version refusal.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "store_test.h"
+
+struct blk {
+	uint8_t *obj;
+	size_t len;
+	struct kvs_store_key key;
+};
+
+static void make_blocks(struct blk *b, size_t n, uint64_t seed0,
+			uint16_t max_heads)
+{
+	for (size_t i = 0; i < n; i++) {
+		b[i].obj = test_block(seed0 + i, (uint16_t)(1 + i % max_heads),
+				      &b[i].len, &b[i].key);
+		assert_non_null(b[i].obj);
+	}
+}
+
+static void free_blocks(struct blk *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(b[i].obj);
+}
+
+/* 0 if @b reads back byte-identical, else the get's error. */
+static int get_same(struct kvs_store *s, const struct blk *b)
+{
+	struct kvs_store_ref *ref;
+	int err = kvs_store_get(s, &b->key, &ref);
+
+	if (err)
+		return err;
+	assert_int_equal(kvs_store_ref_len(ref), b->len);
+	assert_memory_equal(kvs_store_ref_data(ref), b->obj, b->len);
+	kvs_store_ref_release(ref);
+	return 0;
+}
+
+static void test_key_text(void **state)
+{
+	struct kvs_store_key k, back;
+	char text[KVS_STORE_KEY_TEXT];
+	size_t len;
+	uint8_t *obj = test_block(5, 1, &len, &k);
+
+	kvs_store_key_format(&k, text);
+	assert_int_equal(strlen(text), 66);
+	assert_int_equal(kvs_store_key_parse(text, &back), 0);
+	assert_memory_equal(&k, &back, sizeof(k));
+	assert_int_equal(kvs_store_key_parse("abc:1", &back), -KVS_EPARAM);
+	text[64] = '\0';
+	assert_int_equal(kvs_store_key_parse(text, &back), -KVS_EPARAM);
+	text[64] = ':';
+	strcpy(text + 65, "1x");
+	assert_int_equal(kvs_store_key_parse(text, &back), -KVS_EPARAM);
+	free(obj);
+}
+
+static void test_roundtrip_tiers(void **state)
+{
+	struct kvs_store_opts o;
+	struct kvs_store_stats st;
+	struct kvs_store *s;
+	struct blk b[60];
+	char *dir = test_mkdir();
+
+	make_blocks(b, 60, 100, 4);
+	/* DRAM only */
+	test_opts(&o, 4 << 20, 0, 0);
+	o.write_through = false;
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	for (int i = 0; i < 60; i++)
+		assert_int_equal(kvs_store_put(s, b[i].obj, b[i].len,
+					       KVS_DURABILITY_MEMORY, NULL), 0);
+	for (int i = 0; i < 60; i++)
+		assert_int_equal(get_same(s, &b[i]), 0);
+	kvs_store_stats_get(s, &st);
+	assert_int_equal(st.dram.blocks, 60);
+	assert_int_equal(st.dram_hits, 60);
+	kvs_store_close(s);
+
+	/* NVMe only, batched */
+	test_opts(&o, 0, 8 << 20, 1 << 20);
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	const uint8_t *objs[60];
+	size_t lens[60];
+	int res[60];
+
+	for (int i = 0; i < 60; i++) {
+		objs[i] = b[i].obj;
+		lens[i] = b[i].len;
+	}
+	assert_int_equal(kvs_store_put_batch(s, objs, lens, 60,
+					     KVS_DURABILITY_DURABLE, res), 0);
+	struct kvs_store_ref *refs[60];
+	struct kvs_store_key keys[60];
+
+	for (int i = 0; i < 60; i++)
+		keys[i] = b[i].key;
+	assert_int_equal(kvs_store_get_batch(s, keys, 60, refs, res), 0);
+	for (int i = 0; i < 60; i++) {
+		assert_int_equal(res[i], 0);
+		assert_memory_equal(kvs_store_ref_data(refs[i]), b[i].obj,
+				    b[i].len);
+		kvs_store_ref_release(refs[i]);
+	}
+	kvs_store_stats_get(s, &st);
+	assert_int_equal(st.nvme.blocks, 60);
+	assert_int_equal(st.dram.blocks, 0);
+	assert_int_equal(st.nvme_hits, 60);
+	kvs_store_close(s);
+
+	/* both: small DRAM, memory puts spill, reads promote */
+	test_opts(&o, 128 << 10, 16 << 20, 1 << 20);
+	o.write_through = false;
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	for (int round = 0; round < 2; round++)
+		for (int i = 0; i < 60; i++)
+			assert_int_equal(kvs_store_put(s, b[i].obj, b[i].len,
+					KVS_DURABILITY_MEMORY, NULL), 0);
+	for (int i = 0; i < 60; i++)
+		assert_int_equal(get_same(s, &b[i]), 0);
+	kvs_store_stats_get(s, &st);
+	assert_true(st.spills > 0);
+	assert_true(st.promotions > 0);
+	assert_true(st.dram.bytes <= st.dram.capacity);
+	kvs_store_close(s);
+
+	/* reopen after the clean close: all there, from NVMe */
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	for (int i = 0; i < 60; i++)
+		assert_int_equal(get_same(s, &b[i]), 0);
+	kvs_store_stats_get(s, &st);
+	assert_int_equal(st.corrupt_dropped + st.torn_dropped, 0);
+	kvs_store_close(s);
+	free_blocks(b, 60);
+	test_rmdir(dir);
+}
+
+static void test_capacity_churn(void **state)
+{
+	enum { NB = 300, OPS = 3000 };
+	struct kvs_store_opts o;
+	struct kvs_store_stats st;
+	struct kvs_store *s;
+	struct blk *b = calloc(NB, sizeof(*b));
+	uint64_t rng = 42;
+	char *dir = test_mkdir();
+
+	make_blocks(b, NB, 1000, 8);
+	test_opts(&o, 512 << 10, 2 << 20, 256 << 10);
+	o.write_through = false;
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	for (int op = 0; op < OPS; op++) {
+		struct blk *x = &b[test_rand(&rng) % NB];
+
+		if (test_rand(&rng) % 3)
+			assert_int_equal(kvs_store_put(s, x->obj, x->len,
+				test_rand(&rng) % 2, NULL), 0);
+		else {
+			int err = get_same(s, x);
+
+			assert_true(err == 0 || err == -KVS_ENOTFOUND);
+		}
+		kvs_store_stats_get(s, &st);
+		assert_true(st.dram.bytes <= st.dram.capacity);
+		assert_true(st.nvme_file_bytes <= st.nvme.capacity);
+		assert_true(st.nvme.bytes <= st.nvme.capacity);
+	}
+	assert_true(st.evictions > 0);
+	assert_int_equal(st.corrupt_dropped, 0);
+	kvs_store_close(s);
+	free_blocks(b, NB);
+	free(b);
+	test_rmdir(dir);
+}
+
+/* LRU over @n slots on the same trace: how many hot gets miss. */
+static int lru_hot_misses(int slots, int hot, int scan)
+{
+	int *age = calloc((size_t)(hot + scan), sizeof(int));
+	int *in = calloc((size_t)(hot + scan), sizeof(int));
+	int clock = 0, used = 0, misses = 0;
+
+	for (int step = 0; step < 2 * hot + scan + hot; step++) {
+		int k = step < 2 * hot ? step % hot :
+			step < 2 * hot + scan ? hot + step - 2 * hot :
+			step - 2 * hot - scan;
+		bool is_get = step < 2 * hot ? step >= hot :
+			      step >= 2 * hot + scan;
+
+		if (in[k]) {
+			age[k] = ++clock;
+			continue;
+		}
+		if (is_get)
+			misses++;
+		if (used == slots) {
+			int v = -1;
+
+			for (int i = 0; i < hot + scan; i++)
+				if (in[i] && (v < 0 || age[i] < age[v]))
+					v = i;
+			in[v] = 0;
+			used--;
+		}
+		in[k] = 1;
+		age[k] = ++clock;
+		used++;
+	}
+	free(age);
+	free(in);
+	return misses;
+}
+
+static void test_scan_resistance(void **state)
+{
+	enum { HOT = 40, SCAN = 400 };
+	struct kvs_store_opts o;
+	struct kvs_store_stats st;
+	struct kvs_store *s;
+	struct blk *b = calloc(HOT + SCAN, sizeof(*b));
+	char *dir = test_mkdir();
+	int slots;
+
+	make_blocks(b, HOT + SCAN, 5000, 1);
+	/* 1 MiB of 4 KiB slots: 256 objects, the hot set is 40 */
+	test_opts(&o, 1 << 20, 0, 0);
+	o.write_through = false;
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	slots = (1 << 20) / 4096;
+	for (int i = 0; i < HOT; i++)
+		assert_int_equal(kvs_store_put(s, b[i].obj, b[i].len,
+					       KVS_DURABILITY_MEMORY, NULL), 0);
+	for (int i = 0; i < HOT; i++)
+		assert_int_equal(get_same(s, &b[i]), 0);
+	for (int i = HOT; i < HOT + SCAN; i++)
+		assert_int_equal(kvs_store_put(s, b[i].obj, b[i].len,
+					       KVS_DURABILITY_MEMORY, NULL), 0);
+	kvs_store_stats_get(s, &st);
+	assert_true(st.evictions >= (uint64_t)(SCAN - slots));
+	for (int i = 0; i < HOT; i++)
+		assert_int_equal(get_same(s, &b[i]), 0);
+	/* the same trace under LRU loses the whole hot set */
+	assert_int_equal(lru_hot_misses(slots, HOT, SCAN), HOT);
+	kvs_store_close(s);
+	free_blocks(b, HOT + SCAN);
+	free(b);
+	test_rmdir(dir);
+}
+
+static void test_pinning(void **state)
+{
+	enum { N = 200 };
+	struct kvs_store_opts o;
+	struct kvs_store *s;
+	struct kvs_store_ref *ref, *ref2;
+	struct blk *b = calloc(N, sizeof(*b));
+	char *dir = test_mkdir();
+
+	make_blocks(b, N, 9000, 1);
+	test_opts(&o, 256 << 10, 0, 0);
+	o.write_through = false;
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	assert_int_equal(kvs_store_put(s, b[0].obj, b[0].len,
+				       KVS_DURABILITY_MEMORY, NULL), 0);
+	assert_int_equal(kvs_store_get(s, &b[0].key, &ref), 0);
+	/* replace it while pinned, then churn everything out */
+	assert_int_equal(kvs_store_put(s, b[0].obj, b[0].len,
+				       KVS_DURABILITY_MEMORY, NULL), 0);
+	assert_int_equal(kvs_store_get(s, &b[0].key, &ref2), 0);
+	for (int i = 1; i < N; i++)
+		assert_int_equal(kvs_store_put(s, b[i].obj, b[i].len,
+					       KVS_DURABILITY_MEMORY, NULL), 0);
+	assert_memory_equal(kvs_store_ref_data(ref), b[0].obj, b[0].len);
+	assert_memory_equal(kvs_store_ref_data(ref2), b[0].obj, b[0].len);
+	kvs_store_ref_release(ref);
+	kvs_store_ref_release(ref2);
+	for (int i = 1; i < N; i++)
+		assert_int_equal(kvs_store_put(s, b[i].obj, b[i].len,
+					       KVS_DURABILITY_MEMORY, NULL), 0);
+	kvs_store_close(s);
+	free_blocks(b, N);
+	free(b);
+	test_rmdir(dir);
+}
+
+static void test_lookup_prefix(void **state)
+{
+	struct kvs_store_opts o;
+	struct kvs_store *s;
+	struct kvs_ident id;
+	uint8_t spans[5][KVS_ID_SIZE];
+	uint32_t layers[2] = { 0, 1 };
+	char *dir = test_mkdir();
+
+	test_opts(&o, 4 << 20, 4 << 20, 1 << 20);
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	memset(&id, 0, sizeof(id));
+	for (int sp = 0; sp < 5; sp++) {
+		memset(spans[sp], 0x10 + sp, KVS_ID_SIZE);
+		for (uint32_t l = 0; l < 2; l++) {
+			size_t len;
+			uint8_t *obj;
+
+			if (sp == 4 || (sp == 3 && l == 1))
+				continue;
+			memcpy(id.block_id, spans[sp], KVS_ID_SIZE);
+			id.layer = l;
+			obj = test_block_ident(&id, (uint64_t)sp * 2 + l, 1,
+					       &len);
+			assert_int_equal(kvs_store_put(s, obj, len,
+				KVS_DURABILITY_WRITTEN, NULL), 0);
+			free(obj);
+		}
+	}
+	assert_int_equal(kvs_store_lookup_prefix(s, spans, 5, layers, 2), 3);
+	assert_int_equal(kvs_store_lookup_prefix(s, spans, 5, layers, 1), 4);
+	assert_int_equal(kvs_store_lookup_prefix(s, spans + 4, 1, layers, 1),
+			 0);
+	kvs_store_close(s);
+	/* persistent: the same answer after reopening */
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	assert_int_equal(kvs_store_lookup_prefix(s, spans, 5, layers, 2), 3);
+	kvs_store_close(s);
+	test_rmdir(dir);
+}
+
+static void patch_byte(const char *path, off_t off, uint8_t v)
+{
+	int fd = open(path, O_RDWR);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, &v, 1, off), 1);
+	close(fd);
+}
+
+static void test_version_refused(void **state)
+{
+	struct kvs_store_opts o;
+	struct kvs_store *s;
+	char path[4200];
+	size_t len;
+	char *dir = test_mkdir();
+	uint8_t *obj = test_block(1, 1, &len, NULL);
+
+	test_opts(&o, 1 << 20, 4 << 20, 1 << 20);
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	assert_int_equal(kvs_store_put(s, obj, len, KVS_DURABILITY_DURABLE,
+				       NULL), 0);
+	kvs_store_close(s);
+	/* a segment from a newer store format */
+	snprintf(path, sizeof(path), "%s/seg-%016llx.kvs", dir, 0ull);
+	patch_byte(path, 8, KVS_STORE_FORMAT_VERSION + 1);
+	assert_int_equal(kvs_store_open(dir, &o, &s), -KVS_EVERSION);
+	patch_byte(path, 8, KVS_STORE_FORMAT_VERSION);
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	kvs_store_close(s);
+	/* a superblock from a newer store format */
+	snprintf(path, sizeof(path), "%s/KVSTASH", dir);
+	patch_byte(path, 8, KVS_STORE_FORMAT_VERSION + 1);
+	assert_int_equal(kvs_store_open(dir, &o, &s), -KVS_EVERSION);
+	assert_int_equal(kvs_store_fsck(dir, 0, NULL, NULL, NULL, NULL),
+			 -KVS_EVERSION);
+	/* not a store at all, without create */
+	o.create = false;
+	snprintf(path, sizeof(path), "%s/nothing", dir);
+	assert_int_equal(kvs_store_open(path, &o, &s), -ENOENT);
+	free(obj);
+	test_rmdir(dir);
+}
+
+static void test_bad_object_refused(void **state)
+{
+	struct kvs_store_opts o;
+	struct kvs_store *s;
+	struct kvs_store_key key;
+	struct kvs_store_ref *ref;
+	size_t len;
+	char *dir = test_mkdir();
+	uint8_t *obj = test_block(3, 2, &len, &key);
+
+	test_opts(&o, 1 << 20, 4 << 20, 1 << 20);
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	obj[len - 1] ^= 0x40;
+	assert_true(kvs_store_put(s, obj, len, KVS_DURABILITY_WRITTEN,
+				  NULL) < 0);
+	assert_true(kvs_store_put(s, obj, 100, KVS_DURABILITY_WRITTEN,
+				  NULL) < 0);
+	assert_int_equal(kvs_store_get(s, &key, &ref), -KVS_ENOTFOUND);
+	kvs_store_close(s);
+	free(obj);
+	test_rmdir(dir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_key_text),
+		cmocka_unit_test(test_roundtrip_tiers),
+		cmocka_unit_test(test_capacity_churn),
+		cmocka_unit_test(test_scan_resistance),
+		cmocka_unit_test(test_pinning),
+		cmocka_unit_test(test_lookup_prefix),
+		cmocka_unit_test(test_version_refused),
+		cmocka_unit_test(test_bad_object_refused),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
