@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fuzz_decode.h"
+#include "fuzz_target.h"
 #include "kvstash/kvformat.h"
 
 /* Dequantize at most this many elements (the shape allows 2^30). */
@@ -97,7 +97,7 @@ static int headers_agree(const struct kvs_header *a,
 	return 1;
 }
 
-int kvs_fuzz_decode_one(const uint8_t *data, size_t size)
+int kvs_fuzz_target_run(const uint8_t *data, size_t size)
 {
 	struct kvs_header hdr;
 	struct kvs_view view;
@@ -139,6 +139,6 @@ int kvs_fuzz_decode_one(const uint8_t *data, size_t size)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	kvs_fuzz_decode_one(data, size);
+	kvs_fuzz_target_run(data, size);
 	return 0;
 }

@@ -1,9 +1,9 @@
 /*
- * fuzz_replay.c - runs the decoder fuzz target over files, so the seed
- * corpus (and any crash file a fuzzing run leaves) is exercised by every
- * build, with or without clang.
+ * fuzz_replay.c - runs a fuzz target (linked in beside it, see
+ * fuzz_target.h) over files, so the seed corpora (and any crash file a
+ * fuzzing run leaves) are exercised by every build, with or without clang.
  *
- * Usage: fuzz_replay PATH...   (files, or directories of files)
+ * Usage: fuzz_replay_<target> PATH...   (files, or directories of files)
  * A file named ok-* must be accepted and one named bad-* refused; others
  * (fuzzer finds) only have to run clean.  Exit 0 when all files behave,
  * 1 otherwise or when no file was found.
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "fuzz_decode.h"
+#include "fuzz_target.h"
 #include "kvstash/error.h"
 
 struct replay_stats {
@@ -78,7 +78,7 @@ static void replay_file(const char *path, struct replay_stats *st)
 		st->failures++;
 		return;
 	}
-	rc = kvs_fuzz_decode_one(data, len);
+	rc = kvs_fuzz_target_run(data, len);
 	free(data);
 	st->files++;
 	bad = (strncmp(base, "ok-", 3) == 0 && rc != 0) ||

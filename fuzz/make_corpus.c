@@ -5,9 +5,14 @@
  * byte (see fuzz_decode.h) followed by the object; names start with ok-
  * or bad- for fuzz_replay's expectations.
  *
- * Usage: make_corpus DIR   (regenerate fuzz/corpus after a format change)
+ * It also writes the encoder fuzzer's seeds (fuzz_encode.c's input: two
+ * selector bytes, then raw K/V elements) into a second directory.
+ *
+ * Usage: make_corpus DIR ENCODE_DIR
+ *   (regenerate fuzz/corpus and fuzz/corpus_encode after a format change)
  */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,22 +28,36 @@ struct corpus {
 	int failed;
 };
 
-static void emit(struct corpus *c, const char *name, unsigned flags,
-		 const uint8_t *obj, size_t len)
+static void emit_raw(struct corpus *c, const char *name, const uint8_t *bytes,
+		     size_t len)
 {
 	char path[4096];
-	uint8_t flag_byte = (uint8_t)flags;
 	FILE *f;
 
 	snprintf(path, sizeof(path), "%s/%s", c->dir, name);
 	f = fopen(path, "wb");
-	if (f == NULL || fwrite(&flag_byte, 1, 1, f) != 1 ||
-	    fwrite(obj, 1, len, f) != len) {
+	if (f == NULL || fwrite(bytes, 1, len, f) != len) {
 		fprintf(stderr, "%s: %s\n", path, strerror(errno));
 		c->failed = 1;
 	}
 	if (f != NULL && fclose(f) != 0)
 		c->failed = 1;
+}
+
+/* A decoder input: the flags byte, then the object. */
+static void emit(struct corpus *c, const char *name, unsigned flags,
+		 const uint8_t *obj, size_t len)
+{
+	uint8_t *input = malloc(len + 1);
+
+	if (input == NULL) {
+		c->failed = 1;
+		return;
+	}
+	input[0] = (uint8_t)flags;
+	memcpy(input + 1, obj, len);
+	emit_raw(c, name, input, len + 1);
+	free(input);
 }
 
 /* Deterministic K/V: a sine with an outlier channel and constant runs. */
@@ -196,17 +215,61 @@ static void corrupt(struct corpus *c)
 	free(obj);
 }
 
+/*
+ * Encoder seeds.  Selector byte 0: bit 0 4-bit codes, (b >> 1) % 3 the
+ * metadata type and (b >> 3) % 3 the input type (0 f32, 1 f16, 2 bf16),
+ * bit 7 LZ4; byte 1: G = 2 << (b % 5), bit 3 two heads, bit 4 S = 2G.
+ * Elements past the seed's bytes are zero.
+ */
+static void encode_seeds(struct corpus *c)
+{
+	static const struct {
+		const char *name;
+		uint8_t sel[2];
+		float special;  /* stored at element 3 when not 0 */
+	} cases[] = {
+		{ "ok-f32-in-f16-meta-g32", { 0x02, 0x04 }, 0 },
+		{ "ok-4bit-bf16-in-f16-meta-s64-lz4", { 0x8D, 0x13 }, 0 },
+		{ "ok-2heads-g8-bf16", { 0x10, 0x0C }, 0 },
+		{ "bad-nan", { 0x02, 0x04 }, NAN },
+		{ "bad-fp16-step-overflow", { 0x02, 0x04 }, 1e6f },
+		/* bf16 metadata, a group reaching FLT_MAX: the step rounds up
+		 * and code 3 would reconstruct to infinity (found by the
+		 * encoder fuzzer) */
+		{ "bad-bf16-flt-max", { 0x04, 0x04 }, FLT_MAX },
+	};
+	static const enum kvs_dtype types[3] = { KVS_DTYPE_F32, KVS_DTYPE_F16,
+						 KVS_DTYPE_BF16 };
+	uint8_t seed[2 + 128 * 4];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		enum kvs_dtype in = types[(cases[i].sel[0] >> 3) % 3];
+		size_t f = kvs_dtype_size(in);
+		float x[128];
+
+		fill(x, 128, 32, (float)i);
+		if (cases[i].special != 0.0f)
+			x[3] = cases[i].special;
+		memcpy(seed, cases[i].sel, 2);
+		for (size_t j = 0; j < 128; j++)
+			kvs_store(in, seed + 2, j, x[j]);
+		emit_raw(c, cases[i].name, seed, 2 + 128 * f);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	struct corpus c = { 0 };
 
-	if (argc != 2) {
-		fprintf(stderr, "usage: make_corpus DIR\n");
+	if (argc != 3) {
+		fprintf(stderr, "usage: make_corpus DIR ENCODE_DIR\n");
 		return 2;
 	}
 	c.dir = argv[1];
 	blocks(&c);
 	tails(&c);
 	corrupt(&c);
+	c.dir = argv[2];
+	encode_seeds(&c);
 	return c.failed;
 }

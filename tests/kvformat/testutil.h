@@ -50,11 +50,25 @@ static inline double test_unit_roundoff(enum kvs_dtype t)
 	}
 }
 
+/* Smallest positive (subnormal) value of a metadata type. */
+static inline double test_meta_tiny(enum kvs_dtype t)
+{
+	switch (t) {
+	case KVS_DTYPE_F16:
+		return ldexp(1.0, -24);
+	case KVS_DTYPE_BF16:
+		return ldexp(1.0, -133);
+	default:
+		return ldexp(1.0, -149);
+	}
+}
+
 /*
  * Largest reconstruction error the contract allows for a group with fp32
  * extremes @lo, @hi: half a step, plus what rounding the origin and the
  * step into @meta can add (the origin may move by u|lo|, and the top code
- * by (2^b - 1) u step), plus fp32 arithmetic slack.
+ * by (2^b - 1) u step; near zero, by the type's smallest subnormal, which
+ * also bounds a step that rounds to zero), plus fp32 arithmetic slack.
  */
 static inline double test_group_bound(float lo, float hi, unsigned bits,
 				      enum kvs_dtype meta)
@@ -65,7 +79,8 @@ static inline double test_group_bound(float lo, float hi, unsigned bits,
 	double mag = fabs((double)lo) + fabs((double)hi);
 
 	return step * (0.5 + u) + u * fabs((double)lo) + levels * u * step +
-	       4.0 * ldexp(mag, -24);
+	       4.0 * ldexp(mag, -24) + (levels + 1.0) * test_meta_tiny(meta) +
+	       ldexp(1.0, -149);
 }
 
 #endif
