@@ -14,12 +14,17 @@
 
 #define FMT_MAGIC 0
 #define FMT_VERSION 4
+#define FMT_KIND 6
+#define FMT_FLAGS 7
+#define FMT_RESIDUAL 24
+#define FMT_R_K 36
 #define FMT_TOTAL_SIZE 56
 #define FMT_SECTION_TABLE 160
 #define FMT_SECTION_ENTRY 32
 #define FMT_SEC_OFFSET 0
 #define FMT_SEC_STORED 4
 #define FMT_SEC_CHECKSUM 16
+#define FMT_RESERVED 416
 #define FMT_HDR_CHECKSUM 504
 
 static inline void put_le(uint8_t *p, uint64_t v, int bytes)

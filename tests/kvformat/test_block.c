@@ -797,6 +797,26 @@ static void test_error_order(void **state)
 	fix_header_sum(c);
 	assert_int_not_equal(kvs_object_verify(c, s.len, 0), 0);
 
+	/* header fields a valid writer never produces, checksum fixed up:
+	 * an unknown flag, a reserved byte, an unknown kind, a tail field in
+	 * a block, a shape that breaks the rules (R not a multiple of G) */
+	for (int edit = 0; edit < 5; edit++) {
+		static const int at[] = { FMT_FLAGS, FMT_RESERVED + 9, FMT_KIND,
+					  FMT_R_K, FMT_RESIDUAL };
+		static const uint8_t val[] = { 0x80, 0x01, 0x07, 0x01, 0x21 };
+
+		memcpy(c, s.obj, s.len);
+		c[at[edit]] = val[edit];
+		fix_header_sum(c);
+		assert_int_equal(kvs_object_verify(c, s.len, 0), -KVS_ECORRUPT);
+	}
+	/* a non-zero padding byte between sections (only the padding check
+	 * sees it: no checksum covers padding) */
+	memcpy(c, s.obj, s.len);
+	off = sec_offset(c, KVS_SEC_KEY_ORIGIN);
+	c[off + 64] = 0x01; /* 64-byte section, padded to 256 */
+	assert_int_equal(kvs_object_verify(c, s.len, 0), -KVS_ECORRUPT);
+
 	/* section checksum: a payload byte */
 	memcpy(c, s.obj, s.len);
 	off = sec_offset(c, KVS_SEC_VAL_CODES);
