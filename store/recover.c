@@ -12,7 +12,8 @@
  * that reaches the end of the file, or a record that extends past it, a
  * torn one.  Payloads are not read here, except in the newest segment,
  * the only one that can hold writes cut short by a crash: its records are
- * checked in full.  Every later read from NVMe checks the record again.
+ * checked in full, and if all are whole it becomes the head again.  Every
+ * later read from NVMe checks the record again.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@ struct scan {
 	uint64_t off;
 	bool in_bad;
 	bool done;
+	bool damaged;   /* something was dropped */
 };
 
 /* Indexes the record at @off of @seg unless a newer one is known. */
@@ -75,6 +77,7 @@ static int scan_step(struct kvs_store *s, struct scan *sc,
 		sc->in_bad = false;
 		if (sc->off + record_size(h.length) > seg->size) {
 			s->st.torn_dropped++;
+			sc->damaged = true;
 			sc->done = true;
 			return 0;
 		}
@@ -84,6 +87,7 @@ static int scan_step(struct kvs_store *s, struct scan *sc,
 		sc->off += record_size(h.length);
 	} else {
 		sc->in_bad = true;
+		sc->damaged = true;
 		sc->off += KVS_STORE_ALIGN;
 	}
 	if (sc->off + KVS_STORE_ALIGN > seg->size) {
@@ -142,8 +146,10 @@ out:
 	return err;
 }
 
-/* Checks every record of the newest segment in full. */
-static int verify_newest(struct kvs_store *s, struct segment *seg)
+/* Checks every record of the newest segment in full; *@dropped counts
+ * the records that failed. */
+static int verify_newest(struct kvs_store *s, struct segment *seg,
+			 size_t *dropped)
 {
 	struct list *l, *next;
 	uint8_t *buf;
@@ -169,6 +175,7 @@ static int verify_newest(struct kvs_store *s, struct segment *seg)
 				  NULL, NULL) == 0)
 			continue;
 		s->st.torn_dropped++;
+		(*dropped)++;
 		nvme_detach(s, e);
 		entry_maybe_free(s, e);
 	}
@@ -259,8 +266,15 @@ int recover(struct kvs_store *s)
 		nsc++;
 	}
 	err = scan_all(s, sc, nsc);
-	if (!err && newest)
-		err = verify_newest(s, newest);
+	if (!err && newest) {
+		size_t dropped = 0;
+
+		err = verify_newest(s, newest, &dropped);
+		/* a newest segment found whole takes new records again, so
+		 * short-lived processes do not leave a segment each */
+		if (!err && !dropped && !sc[nsc - 1].damaged)
+			newest->sealed = false;
+	}
 	if (!err)
 		kvs_log(KVS_LOG_INFO,
 			"store: recovered %llu records from %zu segments",

@@ -1,12 +1,379 @@
 /*
- * cmd_store.c - `kvstash store` (placeholder until the store engine lands).
+ * cmd_store.c - `kvstash store put|get|stat|fsck` on a store directory,
+ * through the embedded engine (include/kvstash/store.h).
+ *
+ * Every invocation is its own process: the DRAM tier lives only as long
+ * as the command, the persistent state is the NVMe tier (segment files),
+ * rebuilt at each open.  So `put` writes through to NVMe (at least
+ * WRITTEN; with --durable, DURABLE before an id is printed), and `stat`
+ * reports this process's counters, which start at open (recovery's
+ * corrupt/torn drops included).  Without --nvme-capacity the NVMe tier is
+ * limited by the size of the file system only, so that a command without
+ * the flag never evicts what an earlier one stored under a larger limit.
  */
-#include <stdio.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
 
+#include "cli_util.h"
 #include "cmd.h"
+#include "kvstash/store.h"
+
+#define PUT_CHUNK 32
+
+static const char store_usage[] =
+	"usage: kvstash store put --dir DIR [--dram-capacity BYTES]\n"
+	"                         [--nvme-capacity BYTES] [--segment-size BYTES]\n"
+	"                         [--durable] BLOCK...\n"
+	"       kvstash store get --dir DIR ID --out FILE\n"
+	"       kvstash store stat --dir DIR [--json]\n"
+	"       kvstash store fsck --dir DIR [--repair] [--json]\n"
+	"\n"
+	"ID: 64 hex digits of the span id, ':' and the layer, as put prints.\n"
+	"Capacities take K, M, G or T suffixes (binary).  put prints one id per\n"
+	"block, in order; with --durable an id is printed only once its block\n"
+	"is on the device (fdatasync).  get exits 2 on a miss.  fsck exits 1\n"
+	"when bad records remain (run it again with --repair to drop them).\n";
+
+struct store_args {
+	const char *dir, *out;
+	uint64_t dram, nvme, segment;
+	bool durable, json, repair;
+};
+
+/* Size of the file system holding @dir (or its parent, not made yet). */
+static uint64_t fs_size(const char *dir)
+{
+	struct statvfs vfs;
+	char *copy;
+	int err = statvfs(dir, &vfs);
+
+	if (err) {
+		copy = strdup(dir);
+		err = copy ? statvfs(dirname(copy), &vfs) : -1;
+		free(copy);
+	}
+	if (err)
+		return 1ull << 40;
+	return (uint64_t)vfs.f_blocks * vfs.f_frsize;
+}
+
+static int open_store(const char *cmd, const struct store_args *a,
+		      bool create, struct kvs_store **out)
+{
+	struct kvs_store_opts o;
+	int err;
+
+	kvs_store_opts_default(&o);
+	o.dram_capacity = a->dram;
+	o.nvme_capacity = a->nvme ? a->nvme : fs_size(a->dir);
+	o.segment_size = a->segment;
+	o.create = create;
+	err = kvs_store_open(a->dir, &o, out);
+	if (err)
+		kvs_cli_error(cmd, "%s: %s", a->dir,
+			      err == -ENOENT ? "no store there" :
+			      kvs_strerror(err));
+	return err;
+}
+
+/* Puts paths[0..n) as one batch; prints the ids of those acknowledged, in
+ * order, up to the first failure.  0 or the failure. */
+static int put_chunk(struct kvs_store *s, char **paths, size_t n,
+		     enum kvs_durability dur)
+{
+	uint8_t *objs[PUT_CHUNK] = { NULL };
+	size_t lens[PUT_CHUNK];
+	int res[PUT_CHUNK], err = 0;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		err = kvs_cli_read_file("store put", paths[i], &objs[i],
+					&lens[i]);
+		if (err)
+			break;
+	}
+	n = i; /* put what could be read, report the rest */
+	if (n)
+		kvs_store_put_batch(s, (const uint8_t *const *)objs, lens, n,
+				    dur, res);
+	for (i = 0; i < n; i++) {
+		struct kvs_store_key key;
+		char text[KVS_STORE_KEY_TEXT];
+
+		if (res[i]) {
+			kvs_cli_error("store put", "%s: %s", paths[i],
+				      kvs_strerror(res[i]));
+			err = res[i];
+			break;
+		}
+		kvs_store_key_of(objs[i], lens[i], &key);
+		kvs_store_key_format(&key, text);
+		printf("%s\n", text);
+	}
+	fflush(stdout);
+	for (i = 0; i < PUT_CHUNK; i++)
+		free(objs[i]);
+	return err;
+}
+
+static int store_put(int argc, char **argv, struct store_args *a,
+		     char **pos, size_t n_pos)
+{
+	enum kvs_durability dur = a->durable ? KVS_DURABILITY_DURABLE :
+					       KVS_DURABILITY_WRITTEN;
+	struct kvs_store *s;
+	int err = 0;
+
+	if (n_pos == 0) {
+		kvs_cli_error("store put", "which blocks? (BLOCK missing)");
+		return kvs_cli_usage(store_usage, -KVS_EPARAM);
+	}
+	if (open_store("store put", a, true, &s))
+		return KVS_EXIT_FAIL;
+	for (size_t i = 0; i < n_pos && !err; i += PUT_CHUNK)
+		err = put_chunk(s, pos + i,
+				n_pos - i < PUT_CHUNK ? n_pos - i : PUT_CHUNK,
+				dur);
+	kvs_store_close(s);
+	return err ? KVS_EXIT_FAIL : KVS_EXIT_OK;
+}
+
+static int store_get(int argc, char **argv, struct store_args *a,
+		     char **pos, size_t n_pos)
+{
+	struct kvs_store_key key;
+	struct kvs_store_ref *ref;
+	struct kvs_store *s;
+	int err, rc;
+
+	if (n_pos != 1 || !a->out) {
+		kvs_cli_error("store get", n_pos != 1 ? "which id? (one ID)" :
+			      "where to? (--out FILE missing)");
+		return kvs_cli_usage(store_usage, -KVS_EPARAM);
+	}
+	if (kvs_store_key_parse(pos[0], &key)) {
+		kvs_cli_error("store get", "'%s' is not an id (64 hex "
+			      "digits, ':' and the layer)", pos[0]);
+		return KVS_EXIT_USAGE;
+	}
+	if (open_store("store get", a, false, &s))
+		return KVS_EXIT_FAIL;
+	err = kvs_store_get(s, &key, &ref);
+	if (err == -KVS_ENOTFOUND) {
+		kvs_cli_error("store get", "%s: not found", pos[0]);
+		rc = KVS_EXIT_USAGE;
+	} else if (err) {
+		kvs_cli_error("store get", "%s: %s", pos[0],
+			      kvs_strerror(err));
+		rc = KVS_EXIT_FAIL;
+	} else {
+		rc = kvs_cli_write_file("store get", a->out,
+					kvs_store_ref_data(ref),
+					kvs_store_ref_len(ref)) ?
+		     KVS_EXIT_FAIL : KVS_EXIT_OK;
+		kvs_store_ref_release(ref);
+	}
+	kvs_store_close(s);
+	return rc;
+}
+
+static void tier_json(struct kvs_cli_json *j, const char *name,
+		      const struct kvs_store_tier_stats *t)
+{
+	kvs_cli_json_object_begin(j, name);
+	kvs_cli_json_u64(j, "blocks", t->blocks);
+	kvs_cli_json_u64(j, "bytes", t->bytes);
+	kvs_cli_json_u64(j, "capacity", t->capacity);
+	kvs_cli_json_object_end(j);
+}
+
+static int store_stat(int argc, char **argv, struct store_args *a,
+		      char **pos, size_t n_pos)
+{
+	struct kvs_store_stats st;
+	struct kvs_store *s;
+	struct kvs_cli_json j;
+
+	if (n_pos) {
+		kvs_cli_error("store stat", "unexpected '%s'", pos[0]);
+		return kvs_cli_usage(store_usage, -KVS_EPARAM);
+	}
+	if (open_store("store stat", a, false, &s))
+		return KVS_EXIT_FAIL;
+	kvs_store_stats_get(s, &st);
+	kvs_store_close(s);
+	if (!a->json) {
+		printf("dram: %" PRIu64 " blocks, %" PRIu64 " bytes of %"
+		       PRIu64 "\nnvme: %" PRIu64 " blocks, %" PRIu64
+		       " bytes in %" PRIu64 " segments (%" PRIu64
+		       " file bytes)\ncorrupt dropped: %" PRIu64
+		       ", torn dropped: %" PRIu64 "\n",
+		       st.dram.blocks, st.dram.bytes, st.dram.capacity,
+		       st.nvme.blocks, st.nvme.bytes, st.segments,
+		       st.nvme_file_bytes, st.corrupt_dropped,
+		       st.torn_dropped);
+		return KVS_EXIT_OK;
+	}
+	kvs_cli_json_init(&j, stdout);
+	kvs_cli_json_object_begin(&j, NULL);
+	tier_json(&j, "dram", &st.dram);
+	tier_json(&j, "nvme", &st.nvme);
+	kvs_cli_json_u64(&j, "hits", st.hits);
+	kvs_cli_json_u64(&j, "misses", st.misses);
+	kvs_cli_json_u64(&j, "evictions", st.evictions);
+	kvs_cli_json_u64(&j, "spills", st.spills);
+	kvs_cli_json_u64(&j, "corrupt_dropped", st.corrupt_dropped);
+	kvs_cli_json_u64(&j, "torn_dropped", st.torn_dropped);
+	kvs_cli_json_u64(&j, "segments", st.segments);
+	kvs_cli_json_u64(&j, "nvme_file_bytes", st.nvme_file_bytes);
+	kvs_cli_json_bool(&j, "direct_io", st.direct_io);
+	kvs_cli_json_object_end(&j);
+	kvs_cli_json_finish(&j);
+	return KVS_EXIT_OK;
+}
+
+static const char *const fsck_status[] = { "good", "corrupt", "torn" };
+
+static void fsck_record(void *arg, const struct kvs_fsck_record *r)
+{
+	struct kvs_cli_json *j = arg;
+	char text[KVS_STORE_KEY_TEXT];
+
+	if (!j) {
+		if (r->status != KVS_FSCK_GOOD)
+			printf("segment %" PRIu64 " offset %" PRIu64 ": %s (%s)\n",
+			       r->segment, r->offset, fsck_status[r->status],
+			       r->check);
+		return;
+	}
+	kvs_cli_json_object_begin(j, NULL);
+	kvs_cli_json_u64(j, "segment", r->segment);
+	kvs_cli_json_u64(j, "offset", r->offset);
+	kvs_cli_json_u64(j, "length", r->length);
+	kvs_cli_json_str(j, "status", fsck_status[r->status]);
+	if (r->check)
+		kvs_cli_json_str(j, "check", r->check);
+	if (r->key_valid) {
+		kvs_store_key_format(&r->key, text);
+		kvs_cli_json_str(j, "id", text);
+		kvs_cli_json_u64(j, "seq", r->seq);
+	}
+	kvs_cli_json_bool(j, "superseded", r->superseded);
+	kvs_cli_json_object_end(j);
+}
+
+static int store_fsck(int argc, char **argv, struct store_args *a,
+		      char **pos, size_t n_pos)
+{
+	struct kvs_fsck_report rep;
+	struct kvs_cli_json j;
+	int err;
+
+	if (n_pos) {
+		kvs_cli_error("store fsck", "unexpected '%s'", pos[0]);
+		return kvs_cli_usage(store_usage, -KVS_EPARAM);
+	}
+	if (a->json) {
+		kvs_cli_json_init(&j, stdout);
+		kvs_cli_json_object_begin(&j, NULL);
+		kvs_cli_json_str(&j, "dir", a->dir);
+		kvs_cli_json_array_begin(&j, "records");
+	}
+	err = kvs_store_fsck(a->dir, a->repair ? KVS_FSCK_REPAIR : 0, NULL,
+			     fsck_record, a->json ? &j : NULL, &rep);
+	if (a->json) {
+		kvs_cli_json_array_end(&j);
+		if (!err) {
+			kvs_cli_json_u64(&j, "segments", rep.segments);
+			kvs_cli_json_u64(&j, "good", rep.good);
+			kvs_cli_json_u64(&j, "corrupt", rep.corrupt);
+			kvs_cli_json_u64(&j, "torn", rep.torn);
+			kvs_cli_json_u64(&j, "superseded", rep.superseded);
+			kvs_cli_json_u64(&j, "bad_segments", rep.bad_segments);
+			kvs_cli_json_u64(&j, "repaired_segments",
+					 rep.repaired_segments);
+			kvs_cli_json_bool(&j, "repaired", a->repair);
+		} else {
+			kvs_cli_json_str(&j, "error", kvs_strerror(err));
+		}
+		kvs_cli_json_object_end(&j);
+		kvs_cli_json_finish(&j);
+	}
+	if (err) {
+		kvs_cli_error("store fsck", "%s: %s", a->dir,
+			      err == -ENOENT ? "no store there" :
+			      kvs_strerror(err));
+		return KVS_EXIT_FAIL;
+	}
+	if (!a->json)
+		printf("%" PRIu64 " segments: %" PRIu64 " good, %" PRIu64
+		       " corrupt, %" PRIu64 " torn, %" PRIu64
+		       " superseded%s\n", rep.segments, rep.good, rep.corrupt,
+		       rep.torn, rep.superseded,
+		       a->repair && rep.repaired_segments ? " (repaired)" : "");
+	return (rep.corrupt + rep.torn) && !a->repair ? KVS_EXIT_FAIL :
+						       KVS_EXIT_OK;
+}
 
 int kvs_cmd_store(int argc, char **argv)
 {
-	fprintf(stderr, "kvstash store: not built yet\n");
-	return 1;
+	static const struct {
+		const char *name;
+		int (*run)(int argc, char **argv, struct store_args *a,
+			   char **pos, size_t n_pos);
+	} subs[] = {
+		{ "put", store_put },
+		{ "get", store_get },
+		{ "stat", store_stat },
+		{ "fsck", store_fsck },
+	};
+	struct store_args a = { .dram = 64ull << 20 };
+	struct kvs_cli_opt opts[] = {
+		KVS_OPT_STR("dir", &a.dir, true),
+		KVS_OPT_STR("out", &a.out, false),
+		KVS_OPT_SIZE("dram-capacity", &a.dram, 0, 0, false),
+		KVS_OPT_SIZE("nvme-capacity", &a.nvme, 1u << 20, 0, false),
+		KVS_OPT_SIZE("segment-size", &a.segment, 256u << 10, 1u << 30,
+			     false),
+		KVS_OPT_FLAG("durable", &a.durable),
+		KVS_OPT_FLAG("json", &a.json),
+		KVS_OPT_FLAG("repair", &a.repair),
+	};
+	const char **pos;
+	char name[32];
+	size_t n_pos;
+	int rc;
+
+	if (argc >= 2 && (strcmp(argv[1], "-h") == 0 ||
+			  strcmp(argv[1], "--help") == 0))
+		return kvs_cli_usage(store_usage, KVS_CLI_HELP);
+	for (size_t i = 0; argc >= 2 && i < sizeof(subs) / sizeof(subs[0]);
+	     i++) {
+		if (strcmp(argv[1], subs[i].name) != 0)
+			continue;
+		pos = calloc((size_t)argc, sizeof(*pos));
+		if (!pos)
+			return KVS_EXIT_FAIL;
+		snprintf(name, sizeof(name), "store %s", subs[i].name);
+		rc = kvs_cli_parse(name, argc - 1, argv + 1, opts,
+				   sizeof(opts) / sizeof(opts[0]), pos,
+				   (size_t)argc, &n_pos);
+		if (rc == 0)
+			rc = subs[i].run(argc - 1, argv + 1, &a, (char **)pos,
+					 n_pos);
+		else
+			rc = kvs_cli_usage(store_usage, rc);
+		free(pos);
+		return rc;
+	}
+	if (argc >= 2)
+		kvs_cli_error("store", "unknown subcommand '%s'", argv[1]);
+	else
+		kvs_cli_error("store", "which subcommand? put, get, stat or "
+			      "fsck");
+	return kvs_cli_usage(store_usage, -KVS_EPARAM);
 }

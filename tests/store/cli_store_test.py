@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Integration test of `kvstash store put|get|stat|fsck`.
+
+cli_store_test.py KVSTASH WORKDIR: packs a few small blocks with
+`kvstash block pack`, stores them across separate processes, reads them
+back byte-identical, checks stat and fsck output, damages a record and
+checks that it becomes a miss, that fsck names it and --repair drops it.
+Exit status 0 on success, 1 with a message on the first failure.
+"""
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def run(kvstash, *args, expect=None):
+    p = subprocess.run([kvstash] + [str(a) for a in args],
+                       capture_output=True, text=True, timeout=120)
+    if expect is not None and p.returncode != expect:
+        raise Failure("kvstash %s: exit %d, expected %d\nstdout:\n%s\n"
+                      "stderr:\n%s" % (" ".join(map(str, args)),
+                                       p.returncode, expect, p.stdout,
+                                       p.stderr))
+    return p.returncode, p.stdout, p.stderr
+
+
+def pack(kvstash, tmp, i, rng):
+    n = 32 * 32
+    names = []
+    for part in ("k", "v"):
+        name = os.path.join(tmp, "%s%d" % (part, i))
+        with open(name, "wb") as f:
+            f.write(struct.pack("<%df" % n,
+                                *[rng.gauss(0, 1) for _ in range(n)]))
+        names.append(name)
+    ids = os.path.join(tmp, "ids%d" % i)
+    with open(ids, "wb") as f:
+        f.write(struct.pack("<32I",
+                            *[rng.randrange(1 << 32) for _ in range(32)]))
+    out = os.path.join(tmp, "b%d.blk" % i)
+    run(kvstash, "block", "pack", "--kv-heads", 1, "--head-dim", 32,
+        "--tokens", 32, "--bits", 2, "--group", 32, "--meta", "fp16",
+        "--dtype", "f32", "--keys", names[0], "--values", names[1],
+        "--token-ids", ids, "--out", out, expect=0)
+    return out
+
+
+def main():
+    kvstash, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=work, prefix="cli-store-")
+    try:
+        rng = random.Random(3)
+        blocks = [pack(kvstash, tmp, i, rng) for i in range(6)]
+        st = os.path.join(tmp, "store")
+
+        # put prints one id per block, in order, across processes
+        _, out, _ = run(kvstash, "store", "put", "--dir", st,
+                        "--dram-capacity", "1M", "--nvme-capacity", "64M",
+                        *blocks[:4], expect=0)
+        ids = out.split()
+        check(len(ids) == 4, "put printed %d ids" % len(ids))
+        _, out, _ = run(kvstash, "store", "put", "--dir", st, "--durable",
+                        *blocks[4:], expect=0)
+        ids += out.split()
+        check(len(ids) == 6, "durable put printed %d ids" % len(ids))
+        for i, ident in enumerate(ids):
+            hexpart, layer = ident.split(":")
+            check(len(hexpart) == 64 and layer == "0", "id " + ident)
+            got = os.path.join(tmp, "got%d" % i)
+            run(kvstash, "store", "get", "--dir", st, ident, "--out", got,
+                expect=0)
+            with open(got, "rb") as a, open(blocks[i], "rb") as b:
+                check(a.read() == b.read(), "block %d differs" % i)
+
+        # misses and bad ids: exit 2, one line
+        rc, _, err = run(kvstash, "store", "get", "--dir", st,
+                         "0" * 64 + ":0", "--out", os.path.join(tmp, "x"))
+        check(rc == 2 and err.count("\n") == 1, "miss: %d %r" % (rc, err))
+        rc, _, _ = run(kvstash, "store", "get", "--dir", st, "zz",
+                       "--out", os.path.join(tmp, "x"))
+        check(rc == 2, "bad id exit %d" % rc)
+        rc, _, _ = run(kvstash, "store", "stat", "--dir",
+                       os.path.join(tmp, "none"), "--json")
+        check(rc == 1, "stat of no store exit %d" % rc)
+
+        # a corrupt block is refused, nothing printed
+        with open(blocks[0], "rb") as f:
+            bad = bytearray(f.read())
+        bad[-1] ^= 0x10
+        badf = os.path.join(tmp, "bad.blk")
+        with open(badf, "wb") as f:
+            f.write(bad)
+        rc, out, _ = run(kvstash, "store", "put", "--dir", st, badf)
+        check(rc == 1 and out == "", "corrupt put: %d %r" % (rc, out))
+
+        _, out, _ = run(kvstash, "store", "stat", "--dir", st, "--json",
+                        expect=0)
+        s = json.loads(out)
+        for key in ("hits", "misses", "evictions", "spills",
+                    "corrupt_dropped"):
+            check(key in s, "stat lacks " + key)
+        for tier in ("dram", "nvme"):
+            for key in ("blocks", "bytes", "capacity"):
+                check(key in s[tier], "stat %s lacks %s" % (tier, key))
+        check(s["nvme"]["blocks"] == 6, "nvme blocks %d" % s["nvme"]["blocks"])
+
+        _, out, _ = run(kvstash, "store", "fsck", "--dir", st, "--json",
+                        expect=0)
+        f = json.loads(out)
+        check(f["good"] == 6 and f["corrupt"] == 0 and f["torn"] == 0,
+              "fsck clean: %r" % f)
+
+        # flip a byte inside the second record: a miss, fsck names it
+        segs = sorted(n for n in os.listdir(st) if n.startswith("seg-"))
+        target = os.path.join(st, segs[0])
+        with open(target, "r+b") as fh:
+            fh.seek(8192 + 1000)
+            b = fh.read(1)
+            fh.seek(8192 + 1000)
+            fh.write(bytes([b[0] ^ 0x01]))
+        rc, _, _ = run(kvstash, "store", "get", "--dir", st, ids[1],
+                       "--out", os.path.join(tmp, "x"))
+        check(rc == 2, "damaged block served (exit %d)" % rc)
+        run(kvstash, "store", "get", "--dir", st, ids[2], "--out",
+            os.path.join(tmp, "x"), expect=0)
+        rc, out, _ = run(kvstash, "store", "fsck", "--dir", st, "--json")
+        f = json.loads(out)
+        check(rc == 1 and f["corrupt"] + f["torn"] == 1,
+              "fsck damaged: %d %r" % (rc, f))
+        bad_recs = [r for r in f["records"] if r["status"] != "good"]
+        check(len(bad_recs) == 1 and bad_recs[0]["offset"] == 8192 and
+              "check" in bad_recs[0], "fsck record: %r" % bad_recs)
+        run(kvstash, "store", "fsck", "--dir", st, "--repair", "--json",
+            expect=0)
+        _, out, _ = run(kvstash, "store", "fsck", "--dir", st, "--json",
+                        expect=0)
+        f = json.loads(out)
+        check(f["good"] == 5 and f["corrupt"] + f["torn"] == 0,
+              "after repair: %r" % f)
+        for i in (0, 2, 3, 4, 5):
+            run(kvstash, "store", "get", "--dir", st, ids[i], "--out",
+                os.path.join(tmp, "x"), expect=0)
+    except Failure as e:
+        print("FAIL:", e)
+        return 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
