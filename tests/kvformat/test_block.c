@@ -698,37 +698,61 @@ static void test_every_byte_corruption(void **state)
 	free(tail);
 }
 
+/* Every proper prefix of @obj is refused as truncated, with and without
+ * the checksums. */
+static void truncate_every_length(const uint8_t *obj, size_t len)
+{
+	for (size_t cut_len = 0; cut_len < len; cut_len++) {
+		/* A fresh allocation of exactly @cut_len bytes: ASan sees
+		 * any read past the end. */
+		uint8_t *cut = malloc(cut_len ? cut_len : 1);
+
+		assert_non_null(cut);
+		memcpy(cut, obj, cut_len);
+		assert_int_equal(kvs_object_verify(cut, cut_len, 0),
+				 -KVS_ETRUNC);
+		assert_int_equal(kvs_object_verify(cut, cut_len,
+						   KVS_VERIFY_NO_CHECKSUMS),
+				 -KVS_ETRUNC);
+		free(cut);
+	}
+}
+
 static void test_every_truncation(void **state)
 {
 	struct kvs_shape sh;
+	struct kvs_ident id;
+	struct kvs_header h;
 	struct sealed s;
-	uint8_t *lz;
-	size_t lz_len;
+	uint16_t resid[4 * 32];
+	uint8_t *obj;
+	size_t len;
 
 	(void)state;
 	tiny_shape(&sh);
 	seal_block(&s, &sh, KVS_DTYPE_F16, 0, 4);
-	assert_int_equal(kvs_object_compress(s.obj, s.len, &lz, &lz_len), 0);
-	for (size_t len = 0; len < s.len; len++) {
-		/* A fresh allocation of exactly @len bytes: ASan sees any
-		 * read past the end. */
-		uint8_t *cut = malloc(len ? len : 1);
+	truncate_every_length(s.obj, s.len);
 
-		assert_non_null(cut);
-		memcpy(cut, s.obj, len);
-		assert_int_equal(kvs_object_verify(cut, len, 0), -KVS_ETRUNC);
-		assert_int_equal(kvs_object_verify(cut, len,
-						   KVS_VERIFY_NO_CHECKSUMS),
-				 -KVS_ETRUNC);
-		if (len < lz_len) {
-			memcpy(cut, lz, len);
-			assert_int_equal(kvs_object_verify(cut, len, 0),
-					 -KVS_ETRUNC);
-		}
-		free(cut);
-	}
-	free(lz);
+	/* An LZ4 block: zero Keys compress. */
+	memset(s.raw_keys, 0, 32 * 32 * 2);
+	test_ident_fill(&id);
+	assert_int_equal(kvs_block_seal(&sh, &id, KVS_DTYPE_F16, s.raw_keys,
+					s.raw_values, KVS_ENCODE_LZ4, &obj, &len),
+			 0);
+	assert_int_equal(kvs_header_decode(obj, len, 0, &h), 0);
+	assert_int_equal(h.section[KVS_SEC_KEY_CODES].codec, KVS_CODEC_LZ4);
+	truncate_every_length(obj, len);
+	free(obj);
 	sealed_free(&s);
+
+	/* A tail. */
+	for (int i = 0; i < 4 * 32; i++)
+		kvs_store(KVS_DTYPE_F16, resid, i, (float)i);
+	assert_int_equal(kvs_tail_encode(&sh, &id, KVS_DTYPE_F16, 3, 4, resid,
+					 resid, 0, &obj, &len),
+			 0);
+	truncate_every_length(obj, len);
+	free(obj);
 }
 
 /* Each check has its own error, in the documented order. */
