@@ -129,8 +129,13 @@ static int sections_check(const struct kvs_header *h,
 			if (s->stored_len != s->logical_len)
 				return reject(-KVS_EBOUNDS, "raw section length");
 		} else if (s->codec == KVS_CODEC_LZ4) {
+			/* LZ4 expands at most about 255:1; refusing more
+			 * keeps a forged header from making us allocate
+			 * gigabytes before the decoder fails. */
 			if (!(h->flags & KVS_FLAG_LZ4) ||
-			    s->stored_len >= s->logical_len || s->stored_len == 0)
+			    s->stored_len >= s->logical_len ||
+			    s->stored_len == 0 ||
+			    s->logical_len > 255ull * s->stored_len + 255)
 				return reject(-KVS_EBOUNDS, "lz4 section length");
 		} else {
 			return reject(-KVS_EBOUNDS, "unknown section codec");
@@ -174,7 +179,7 @@ int kvs_header_decode(const uint8_t *buf, size_t len, unsigned flags,
 }
 
 static int metadata_finite(enum kvs_dtype t, const uint8_t *origin,
-			   const uint8_t *step, size_t n)
+			   const uint8_t *step, size_t n, float levels)
 {
 	int bad = 0;
 
@@ -200,6 +205,13 @@ static int metadata_finite(enum kvs_dtype t, const uint8_t *origin,
 			bad |= (s & 0x80000000u) != 0 || (s & 0x7fffffffu) == 0;
 		}
 	}
+	if (bad || t == KVS_DTYPE_F16)
+		return bad ? -KVS_EMETA : 0;
+	/* bf16 and fp32 metadata can hold finite values whose top code
+	 * reconstructs past FLT_MAX; the sealer never writes them. */
+	for (size_t i = 0; i < n; i++)
+		bad |= !isfinite(fmaf(kvs_load(t, step, i), levels,
+				      kvs_load(t, origin, i)));
 	return bad ? -KVS_EMETA : 0;
 }
 
@@ -210,13 +222,16 @@ static int payload_finite(const struct kvs_view *v)
 	if (h->kind == KVS_KIND_BLOCK) {
 		enum kvs_dtype m = (enum kvs_dtype)h->shape.meta_type;
 		size_t e = kvs_dtype_size(m);
+		float levels = (float)((1u << h->shape.bits) - 1u);
 
 		if (metadata_finite(m, v->section[KVS_SEC_KEY_ORIGIN],
 				    v->section[KVS_SEC_KEY_STEP],
-				    h->section[KVS_SEC_KEY_ORIGIN].logical_len / e) ||
+				    h->section[KVS_SEC_KEY_ORIGIN].logical_len / e,
+				    levels) ||
 		    metadata_finite(m, v->section[KVS_SEC_VAL_ORIGIN],
 				    v->section[KVS_SEC_VAL_STEP],
-				    h->section[KVS_SEC_VAL_ORIGIN].logical_len / e))
+				    h->section[KVS_SEC_VAL_ORIGIN].logical_len / e,
+				    levels))
 			return reject(-KVS_EMETA, "metadata");
 		return 0;
 	}

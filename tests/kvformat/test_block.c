@@ -902,6 +902,63 @@ static void test_lz4_length_error(void **state)
 	free(flat);
 }
 
+/* Finite bf16 metadata whose top code reconstructs past FLT_MAX is refused
+ * like non-finite metadata; the sealer never writes it. */
+static void test_meta_reconstruction_overflow(void **state)
+{
+	struct kvs_shape sh;
+	struct sealed s;
+	uint32_t off;
+
+	(void)state;
+	tiny_shape(&sh);
+	sh.meta_type = KVS_DTYPE_BF16;
+	seal_block(&s, &sh, KVS_DTYPE_F32, 0, 11);
+	off = sec_offset(s.obj, KVS_SEC_KEY_STEP);
+	put_le(s.obj + off, 0x7F7F, 2); /* finite step near FLT_MAX */
+	fix_section_sum(s.obj, KVS_SEC_KEY_STEP);
+	fix_header_sum(s.obj);
+	assert_int_equal(kvs_object_verify(s.obj, s.len, 0), -KVS_EMETA);
+	sealed_free(&s);
+}
+
+/* An LZ4 section claiming more than LZ4's 255:1 expansion is refused at
+ * the bounds check, before anything is allocated for it. */
+static void test_lz4_ratio_bound(void **state)
+{
+	struct kvs_shape sh;
+	struct kvs_header h;
+	float *flat;
+	uint8_t *lz;
+	size_t lz_len, n;
+	struct kvs_ident id;
+	int sec = -1;
+
+	(void)state;
+	tiny_shape(&sh);
+	sh.kv_heads = 4; /* sections of a few KiB */
+	sh.head_dim = 64;
+	n = (size_t)sh.kv_heads * sh.span * sh.head_dim;
+	flat = calloc(n, sizeof(float));
+	assert_non_null(flat);
+	test_ident_fill(&id);
+	assert_int_equal(kvs_block_seal(&sh, &id, KVS_DTYPE_F32, flat, flat,
+					KVS_ENCODE_LZ4, &lz, &lz_len),
+			 0);
+	assert_int_equal(kvs_header_decode(lz, lz_len, 0, &h), 0);
+	for (uint32_t i = 0; i < h.section_count; i++)
+		if (h.section[i].codec == KVS_CODEC_LZ4 &&
+		    h.section[i].logical_len > 255 + 255)
+			sec = (int)i;
+	assert_true(sec >= 0);
+	/* One stored byte cannot expand to the section's logical length. */
+	put_le(sec_entry(lz, sec) + FMT_SEC_STORED, 1, 4);
+	fix_header_sum(lz);
+	assert_int_equal(kvs_header_decode(lz, lz_len, 0, &h), -KVS_EBOUNDS);
+	free(lz);
+	free(flat);
+}
+
 /* Non-finite residual values are refused like non-finite metadata; a
  * failed open leaves the caller's view alone; the fuzzing flag skips
  * exactly the checksums. */
@@ -976,6 +1033,8 @@ int main(void)
 		cmocka_unit_test(test_every_truncation),
 		cmocka_unit_test(test_error_order),
 		cmocka_unit_test(test_lz4_length_error),
+		cmocka_unit_test(test_lz4_ratio_bound),
+		cmocka_unit_test(test_meta_reconstruction_overflow),
 		cmocka_unit_test(test_tail_meta_and_flags),
 		cmocka_unit_test(test_strerror_names_every_code),
 	};
