@@ -1,0 +1,313 @@
+/*
+ * seal.cu - quantize and pack full-precision K/V into block images.
+ *
+ * One CTA per (Key group g of G tokens, head h, block n).  It stages the
+ * G x D tile of K and of V in shared memory as fp32 (exact widening), then
+ *   1. Key metadata, one thread per channel (min/max along time),
+ *   2. Value metadata, one thread per (token, channel group),
+ *   3. packs codes 32 bits at a time (channels low bits first) and writes
+ *      the code rows, which are contiguous for the G tokens of a group.
+ * Quantization follows DESIGN.md §1 to the bit: fp32 min/max, metadata
+ * rounded to nearest even, IEEE subtraction and division (__fsub_rn,
+ * __fdiv_rn; never fast-math), rint, clamp.  Non-finite input or metadata
+ * that overflows its type raises a flag the launcher turns into an error.
+ */
+#include "common.cuh"
+
+#include <math.h>
+
+struct seal_params {
+	int heads, D, G, bits, S, meta, in_dtype;
+	struct dev_layout lay;
+	const void *keys, *values;
+	int64_t block_stride, token_stride, head_stride;
+	const void *const *src;
+	uint8_t *images;
+	uint64_t image_stride;
+	const int32_t *dst;
+	uint32_t *status;
+};
+
+/* Loads the G x D tile of tokens [t0, t0+G) of one head to smem rows of
+ * D+1 floats; returns nonzero if any value is not finite. */
+static __device__ int load_tile(const seal_params &p, const void *src,
+				int t0, int h, float *tile)
+{
+	const int D = p.D, G = p.G, pitch = D + 1;
+	int bad = 0;
+	size_t esz = p.in_dtype == KVS_DTYPE_F32 ? 4 : 2;
+	const uint8_t *base = (const uint8_t *)src +
+		((int64_t)t0 * p.token_stride + (int64_t)h * p.head_stride) * esz;
+	bool vec = esz == 2 && (D % 8) == 0 && (p.token_stride % 8) == 0 &&
+		   ((uintptr_t)base % 16) == 0;
+
+	if (vec) {
+		int per_row = D / 8;
+		for (int i = threadIdx.x; i < G * per_row; i += blockDim.x) {
+			int t = i / per_row, c = (i % per_row) * 8;
+			uint4 raw = __ldg((const uint4 *)(base +
+				((int64_t)t * p.token_stride + c) * 2));
+			const uint16_t *e = (const uint16_t *)&raw;
+			for (int k = 0; k < 8; k++) {
+				float x = ld_elem(p.in_dtype, e, k);
+				bad |= !isfinite(x);
+				tile[t * pitch + c + k] = x;
+			}
+		}
+	} else {
+		for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+			int t = i / D, d = i % D;
+			float x = ld_elem(p.in_dtype, base,
+					  (size_t)t * p.token_stride + d);
+			bad |= !isfinite(x);
+			tile[t * pitch + d] = x;
+		}
+	}
+	return bad;
+}
+
+/* The group quantizer's metadata step; returns KVS_CUDA_FLAG_RANGE when the
+ * origin or the step is not representable. */
+static __device__ unsigned group_meta(int mt, int bits, float lo, float hi,
+				      float *origin, float *step)
+{
+	float o = round_meta(mt, lo);
+	float s = round_meta(mt, __fdiv_rn(__fsub_rn(hi, lo),
+					   (float)((1 << bits) - 1)));
+	unsigned flag = 0;
+
+	if (!isfinite(o) || !isfinite(s))
+		flag = KVS_CUDA_FLAG_RANGE;
+	if (hi == lo || s == 0.0f)
+		s = 1.0f;
+	*origin = o;
+	*step = s;
+	return flag;
+}
+
+static __device__ __forceinline__ unsigned quant_code(float x, float origin,
+						      float step, int qmax)
+{
+	float r = rintf(__fdiv_rn(__fsub_rn(x, origin), step));
+
+	r = fminf(fmaxf(r, 0.0f), (float)qmax);
+	return (unsigned)r;
+}
+
+static __device__ void store_meta(int mt, uint8_t *base, size_t i, float x)
+{
+	st_elem(mt, base, i, x);
+}
+
+__global__ void seal_kernel(const seal_params p)
+{
+	extern __shared__ float smem[];
+	const int D = p.D, G = p.G, pitch = D + 1, bits = p.bits;
+	const int g = blockIdx.x, h = blockIdx.y, n = blockIdx.z;
+	const int t0 = g * G, ngrp = D / G, qmax = (1 << bits) - 1;
+	float *ktile = smem, *vtile = ktile + G * pitch;
+	float *korig = vtile + G * pitch, *kstep = korig + D;
+	float *vorig = kstep + D, *vstep = vorig + G * ngrp;
+	__shared__ unsigned flags;
+	const void *ksrc, *vsrc;
+	unsigned flag = 0;
+
+	if (p.src) {
+		ksrc = p.src[2 * n];
+		vsrc = p.src[2 * n + 1];
+	} else {
+		size_t esz = p.in_dtype == KVS_DTYPE_F32 ? 4 : 2;
+		ksrc = (const uint8_t *)p.keys + n * p.block_stride * esz;
+		vsrc = (const uint8_t *)p.values + n * p.block_stride * esz;
+	}
+	uint8_t *img = p.images + (uint64_t)(p.dst ? p.dst[n] : n) *
+		       p.image_stride;
+	if (threadIdx.x == 0)
+		flags = 0;
+	if (load_tile(p, ksrc, t0, h, ktile) | load_tile(p, vsrc, t0, h, vtile))
+		flag |= KVS_CUDA_FLAG_NONFINITE;
+	__syncthreads();
+
+	uint8_t *ko = img + p.lay.off[KVS_SEC_KEY_ORIGIN];
+	uint8_t *ks = img + p.lay.off[KVS_SEC_KEY_STEP];
+	for (int d = threadIdx.x; d < D; d += blockDim.x) {
+		float lo = ktile[d], hi = lo;
+		for (int t = 1; t < G; t++) {
+			float x = ktile[t * pitch + d];
+			lo = fminf(lo, x);
+			hi = fmaxf(hi, x);
+		}
+		flag |= group_meta(p.meta, bits, lo, hi, &korig[d], &kstep[d]);
+		size_t i = ((size_t)h * (p.S / G) + g) * D + d;
+		store_meta(p.meta, ko, i, korig[d]);
+		store_meta(p.meta, ks, i, kstep[d]);
+	}
+	uint8_t *vo = img + p.lay.off[KVS_SEC_VAL_ORIGIN];
+	uint8_t *vs = img + p.lay.off[KVS_SEC_VAL_STEP];
+	for (int i = threadIdx.x; i < G * ngrp; i += blockDim.x) {
+		/* token fastest across lanes: rows of D+1 floats, no conflicts */
+		int t = i % G, j = i / G;
+		const float *row = vtile + t * pitch + j * G;
+		float lo = row[0], hi = lo;
+		for (int c = 1; c < G; c++) {
+			lo = fminf(lo, row[c]);
+			hi = fmaxf(hi, row[c]);
+		}
+		float o, s;
+		flag |= group_meta(p.meta, bits, lo, hi, &o, &s);
+		vorig[t * ngrp + j] = o;
+		vstep[t * ngrp + j] = s;
+		size_t e = ((size_t)h * p.S + t0 + t) * ngrp + j;
+		store_meta(p.meta, vo, e, o);
+		store_meta(p.meta, vs, e, s);
+	}
+	__syncthreads();
+
+	/* pack: one 32-bit word = 32/bits consecutive channels of a token */
+	const int cpw = 32 / bits, wpr = D / cpw;
+	uint32_t *kc = (uint32_t *)(img + p.lay.off[KVS_SEC_KEY_CODES]) +
+		       ((size_t)h * p.S + t0) * wpr;
+	uint32_t *vc = (uint32_t *)(img + p.lay.off[KVS_SEC_VAL_CODES]) +
+		       ((size_t)h * p.S + t0) * wpr;
+	for (int i = threadIdx.x; i < G * wpr; i += blockDim.x) {
+		int t = i / wpr, d0 = (i % wpr) * cpw;
+		uint32_t kw = 0, vw = 0;
+		for (int k = 0; k < cpw; k++) {
+			int d = d0 + k;
+			unsigned c = quant_code(ktile[t * pitch + d], korig[d],
+						kstep[d], qmax);
+			int j = t * ngrp + d / G;
+			unsigned v = quant_code(vtile[t * pitch + d], vorig[j],
+						vstep[j], qmax);
+			kw |= c << (k * bits);
+			vw |= v << (k * bits);
+		}
+		kc[i] = kw;
+		vc[i] = vw;
+	}
+	if (flag)
+		atomicOr(&flags, flag);
+	__syncthreads();
+	if (threadIdx.x == 0 && flags && p.status)
+		atomicOr(p.status, flags);
+}
+
+int kvs_cuda_layout(const struct kvs_shape *shape, struct dev_layout *out,
+		    uint32_t *total)
+{
+	struct kvs_layout lay;
+	int rc = kvs_block_layout(shape, &lay);
+
+	if (rc)
+		return rc;
+	for (int i = 0; i < KVS_BLOCK_SECTIONS; i++)
+		out->off[i] = lay.offset[i];
+	if (total)
+		*total = lay.total_size;
+	return 0;
+}
+
+/* What the kernels support beyond kvs_shape_check(). */
+static int seal_shape_ok(const struct kvs_shape *s)
+{
+	if (kvs_shape_check(s))
+		return 0;
+	if ((s->head_dim * s->bits) % 32 || s->head_dim > 256 ||
+	    s->group > 256)
+		return 0;
+	return 1;
+}
+
+int kvs_cuda_status_check(uint32_t *status, void *stream)
+{
+	uint32_t flags = 0;
+	int rc = KVS_CUDA_CHECK(cudaMemcpyAsync(&flags, status, sizeof(flags),
+				cudaMemcpyDeviceToHost, (cudaStream_t)stream));
+
+	if (!rc)
+		rc = KVS_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
+	if (rc)
+		return rc;
+	if (!flags)
+		return 0;
+	rc = KVS_CUDA_CHECK(cudaMemsetAsync(status, 0, sizeof(*status),
+					    (cudaStream_t)stream));
+	if (rc)
+		return rc;
+	if (flags & KVS_CUDA_FLAG_NONFINITE) {
+		kvs_log(KVS_LOG_ERR, "cuda seal: non-finite input");
+		return -KVS_ENONFINITE;
+	}
+	kvs_log(KVS_LOG_ERR, "cuda seal: origin or step overflows metadata");
+	return -KVS_ERANGE;
+}
+
+int kvs_cuda_seal_blocks(const struct kvs_cuda_seal *a)
+{
+	const struct kvs_shape *s = &a->shape;
+	cudaStream_t stream = (cudaStream_t)a->stream;
+	seal_params p;
+	uint32_t *status = a->status;
+	int rc;
+
+	if (!seal_shape_ok(s) || (a->in_dtype != KVS_DTYPE_F16 &&
+	    a->in_dtype != KVS_DTYPE_BF16 && a->in_dtype != KVS_DTYPE_F32) ||
+	    !a->images || (!a->src && (!a->keys || !a->values)) ||
+	    a->image_stride % 256) {
+		kvs_log(KVS_LOG_ERR, "cuda seal: unsupported arguments");
+		return -KVS_EPARAM;
+	}
+	if (!a->blocks)
+		return 0;
+	rc = kvs_cuda_layout(s, &p.lay, NULL);
+	if (rc)
+		return rc;
+	p.heads = s->kv_heads;
+	p.D = s->head_dim;
+	p.G = s->group;
+	p.bits = s->bits;
+	p.S = s->span;
+	p.meta = s->meta_type;
+	p.in_dtype = a->in_dtype;
+	p.keys = a->keys;
+	p.values = a->values;
+	p.block_stride = a->block_stride;
+	p.token_stride = a->token_stride;
+	p.head_stride = a->head_stride;
+	p.src = a->src;
+	p.images = a->images;
+	p.image_stride = a->image_stride;
+	p.dst = a->dst;
+	if (!status) {
+		rc = KVS_CUDA_CHECK(cudaMallocAsync((void **)&status,
+					sizeof(*status), stream));
+		if (rc)
+			return rc;
+		rc = KVS_CUDA_CHECK(cudaMemsetAsync(status, 0, sizeof(*status),
+						    stream));
+		if (rc)
+			goto free_status;
+	}
+	p.status = status;
+
+	{
+		size_t smem = (size_t)(2 * p.G * (p.D + 1) + 2 * p.D +
+				       2 * p.G * (p.D / p.G)) * sizeof(float);
+		dim3 grid(p.S / p.G, p.heads, a->blocks);
+
+		if (smem > 48 * 1024)
+			rc = KVS_CUDA_CHECK(cudaFuncSetAttribute(seal_kernel,
+				cudaFuncAttributeMaxDynamicSharedMemorySize,
+				(int)smem));
+		if (!rc) {
+			seal_kernel<<<grid, 256, smem, stream>>>(p);
+			rc = KVS_CUDA_CHECK(cudaGetLastError());
+		}
+	}
+	if (!rc && !a->status)
+		rc = kvs_cuda_status_check(status, stream);
+free_status:
+	if (!a->status)
+		cudaFreeAsync(status, stream);
+	return rc;
+}
