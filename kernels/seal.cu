@@ -66,23 +66,31 @@ static __device__ int load_tile(const seal_params &p, const void *src,
 	return bad;
 }
 
-/* The group quantizer's metadata step; returns KVS_CUDA_FLAG_RANGE when the
- * origin or the step is not representable. */
+/*
+ * The group quantizer's metadata step (kvformat's quant_params): @origin and
+ * @step as stored, @code_step the divisor for codes (infinity for a
+ * constant group, so that every code is 0).  Returns KVS_CUDA_FLAG_RANGE
+ * when the origin or the step overflows the metadata type or the top code
+ * would reconstruct to infinity.
+ */
 static __device__ unsigned group_meta(int mt, int bits, float lo, float hi,
-				      float *origin, float *step)
+				      float *origin, float *step,
+				      float *code_step)
 {
+	const float levels = (float)((1 << bits) - 1);
 	float o = round_meta(mt, lo);
-	float s = round_meta(mt, __fdiv_rn(__fsub_rn(hi, lo),
-					   (float)((1 << bits) - 1)));
-	unsigned flag = 0;
+	float s = round_meta(mt, __fdiv_rn(__fsub_rn(hi, lo), levels));
 
-	if (!isfinite(o) || !isfinite(s))
-		flag = KVS_CUDA_FLAG_RANGE;
-	if (hi == lo || s == 0.0f)
-		s = 1.0f;
 	*origin = o;
+	*step = 1.0f;
+	*code_step = INFINITY;
+	if (!isfinite(o) || !isfinite(s))
+		return KVS_CUDA_FLAG_RANGE;
+	if (hi == lo || s == 0.0f)
+		return 0;
 	*step = s;
-	return flag;
+	*code_step = s;
+	return isfinite(fmaf(s, levels, o)) ? 0 : KVS_CUDA_FLAG_RANGE;
 }
 
 static __device__ __forceinline__ unsigned quant_code(float x, float origin,
@@ -137,10 +145,12 @@ __global__ void seal_kernel(const seal_params p)
 			lo = fminf(lo, x);
 			hi = fmaxf(hi, x);
 		}
-		flag |= group_meta(p.meta, bits, lo, hi, &korig[d], &kstep[d]);
+		float s;
+		flag |= group_meta(p.meta, bits, lo, hi, &korig[d], &s,
+				   &kstep[d]);
 		size_t i = ((size_t)h * (p.S / G) + g) * D + d;
 		store_meta(p.meta, ko, i, korig[d]);
-		store_meta(p.meta, ks, i, kstep[d]);
+		store_meta(p.meta, ks, i, s);
 	}
 	uint8_t *vo = img + p.lay.off[KVS_SEC_VAL_ORIGIN];
 	uint8_t *vs = img + p.lay.off[KVS_SEC_VAL_STEP];
@@ -154,9 +164,9 @@ __global__ void seal_kernel(const seal_params p)
 			hi = fmaxf(hi, row[c]);
 		}
 		float o, s;
-		flag |= group_meta(p.meta, bits, lo, hi, &o, &s);
+		flag |= group_meta(p.meta, bits, lo, hi, &o, &s,
+				   &vstep[t * ngrp + j]);
 		vorig[t * ngrp + j] = o;
-		vstep[t * ngrp + j] = s;
 		size_t e = ((size_t)h * p.S + t0 + t) * ngrp + j;
 		store_meta(p.meta, vo, e, o);
 		store_meta(p.meta, vs, e, s);

@@ -1,0 +1,22 @@
+#!/bin/bash
+# gpu_run.sh - everything the GPU machine does in one call: build with CUDA
+# (warnings as errors), run the 'gpu' test suite, then the benchmark.
+# Logs and JSON go to $OUT.  Run from the project root, under bash, after
+# `source <devdeps>/install.sh`.  Usage: bench/gpu_run.sh [bench args...]
+set -o pipefail
+out=${OUT:-/tmp/kvs-out}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw --format=csv \
+	2>&1 | tee "$out/gpu.txt"
+meson setup build-gpu -Dcuda=enabled -Dwerror=true -Dfuzz=disabled \
+	>"$out/setup.log" 2>&1 || { tail -40 "$out/setup.log"; exit 1; }
+ninja -C build-gpu 2>&1 | tail -5 | tee "$out/build.log" || exit 1
+cuobjdump --dump-resource-usage build-gpu/kernels/libkvstash_cuda.so \
+	2>&1 | grep -E "Function|REG" | head -40 >"$out/resources.txt"
+meson test -C build-gpu --suite gpu --print-errorlogs --num-processes 1 \
+	2>&1 | tail -15
+cp build-gpu/meson-logs/testlog.txt "$out/testlog.txt"
+grep -E "worst|seed|SKIP|error" build-gpu/meson-logs/testlog.txt | head -40
+PYTHONUNBUFFERED=1 python3 bench/attn_bench.py \
+	--lib build-gpu/kernels/libkvstash_cuda.so --json "$out/bench.json" \
+	"$@" 2>&1 | tee "$out/bench.log"
