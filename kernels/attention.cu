@@ -93,44 +93,98 @@ static __device__ __forceinline__ const uint8_t *page_of(const attn_params &p,
 	return p.pool + (uint64_t)pg * p.page_stride;
 }
 
-static __device__ float key_at(const attn_params &p, const kvs_cuda_seq &sq,
-			       int b, int h, int tok, int d)
+/* 8 consecutive elements (16-byte aligned) of a residual row. */
+static __device__ __forceinline__ void resid8(int dt, const void *base,
+					      size_t at, float x[8])
 {
-	if ((uint32_t)tok >= sq.k_quant_len) {
-		size_t r = ((size_t)(b * p.Hkv + h) * p.k_stride + tok -
-			    sq.k_quant_len) * p.D + d;
-		return ld_elem(p.rdt, p.k_resid, r);
+	if (dt == KVS_DTYPE_F32) {
+		float4 lo = *reinterpret_cast<const float4 *>(
+			(const float *)base + at);
+		float4 hi = *reinterpret_cast<const float4 *>(
+			(const float *)base + at + 4);
+		x[0] = lo.x; x[1] = lo.y; x[2] = lo.z; x[3] = lo.w;
+		x[4] = hi.x; x[5] = hi.y; x[6] = hi.z; x[7] = hi.w;
+		return;
 	}
-	const uint8_t *pg = page_of(p, b, tok);
-	int tt = tok % p.S, bits = p.bits;
-	size_t row = ((size_t)h * p.S + tt) * (p.D * bits / 8);
-	unsigned code = (pg[p.lay.off[KVS_SEC_KEY_CODES] + row + d * bits / 8]
-			 >> ((d * bits) % 8)) & ((1u << bits) - 1);
-	size_t m = ((size_t)h * (p.S / p.G) + tt / p.G) * p.D + d;
-
-	return fmaf(ld_meta(p.meta, pg + p.lay.off[KVS_SEC_KEY_STEP], m),
-		    (float)code,
-		    ld_meta(p.meta, pg + p.lay.off[KVS_SEC_KEY_ORIGIN], m));
+	uint4 raw = *reinterpret_cast<const uint4 *>((const uint16_t *)base +
+						     at);
+	const uint16_t *e = reinterpret_cast<const uint16_t *>(&raw);
+#pragma unroll
+	for (int k = 0; k < 8; k++)
+		x[k] = ld_elem(dt, e, k);
 }
 
-static __device__ float val_at(const attn_params &p, const kvs_cuda_seq &sq,
-			       int b, int h, int tok, int d)
+/* Metadata elements i .. i+7 (i a multiple of 8, so 16-byte aligned). */
+static __device__ __forceinline__ void meta8(int mt, const uint8_t *base,
+					     size_t i, float x[8])
 {
-	if ((uint32_t)tok >= sq.v_quant_len) {
-		size_t r = ((size_t)(b * p.Hkv + h) * p.v_stride +
-			    sq.v_resid_start + tok - sq.v_quant_len) * p.D + d;
-		return ld_elem(p.rdt, p.v_resid, r);
+	resid8(mt, base, i, x);
+}
+
+/* The 8 codes of channels d .. d+7 of one packed row. */
+static __device__ __forceinline__ uint32_t codes8(const uint8_t *row, int d,
+						  int bits)
+{
+	const uint8_t *at = row + d * bits / 8;
+
+	return bits == 2 ? *reinterpret_cast<const uint16_t *>(at) :
+			   *reinterpret_cast<const uint32_t *>(at);
+}
+
+/* Keys of channels d .. d+7 of token @tok: history or residual. */
+static __device__ void key8(const attn_params &p, const kvs_cuda_seq &sq,
+			    int b, int h, int tok, int d, float x[8])
+{
+	if ((uint32_t)tok >= sq.k_quant_len) {
+		resid8(p.rdt, p.k_resid, ((size_t)(b * p.Hkv + h) * p.k_stride +
+			tok - sq.k_quant_len) * p.D + d, x);
+		return;
 	}
 	const uint8_t *pg = page_of(p, b, tok);
-	int tt = tok % p.S, bits = p.bits;
-	size_t row = ((size_t)h * p.S + tt) * (p.D * bits / 8);
-	unsigned code = (pg[p.lay.off[KVS_SEC_VAL_CODES] + row + d * bits / 8]
-			 >> ((d * bits) % 8)) & ((1u << bits) - 1);
-	size_t m = ((size_t)h * p.S + tt) * (p.D / p.G) + d / p.G;
+	const int tt = tok % p.S, bits = p.bits;
+	const uint32_t w = codes8(pg + p.lay.off[KVS_SEC_KEY_CODES] +
+				  ((size_t)h * p.S + tt) * (p.D * bits / 8),
+				  d, bits);
+	const size_t m = ((size_t)h * (p.S / p.G) + tt / p.G) * p.D + d;
+	float o[8], st[8];
 
-	return fmaf(ld_meta(p.meta, pg + p.lay.off[KVS_SEC_VAL_STEP], m),
-		    (float)code,
-		    ld_meta(p.meta, pg + p.lay.off[KVS_SEC_VAL_ORIGIN], m));
+	meta8(p.meta, pg + p.lay.off[KVS_SEC_KEY_ORIGIN], m, o);
+	meta8(p.meta, pg + p.lay.off[KVS_SEC_KEY_STEP], m, st);
+#pragma unroll
+	for (int k = 0; k < 8; k++)
+		x[k] = fmaf(st[k], (float)((w >> (k * bits)) &
+					   ((1u << bits) - 1)), o[k]);
+}
+
+/* Values of channels d .. d+7 of token @tok: history or residual FIFO. */
+static __device__ void val8(const attn_params &p, const kvs_cuda_seq &sq,
+			    int b, int h, int tok, int d, float x[8])
+{
+	if ((uint32_t)tok >= sq.v_quant_len) {
+		resid8(p.rdt, p.v_resid, ((size_t)(b * p.Hkv + h) * p.v_stride +
+			sq.v_resid_start + tok - sq.v_quant_len) * p.D + d, x);
+		return;
+	}
+	const uint8_t *pg = page_of(p, b, tok);
+	const int tt = tok % p.S, bits = p.bits;
+	const uint32_t w = codes8(pg + p.lay.off[KVS_SEC_VAL_CODES] +
+				  ((size_t)h * p.S + tt) * (p.D * bits / 8),
+				  d, bits);
+	const size_t m = ((size_t)h * p.S + tt) * (p.D / p.G);
+	const uint8_t *ob = pg + p.lay.off[KVS_SEC_VAL_ORIGIN];
+	const uint8_t *sb = pg + p.lay.off[KVS_SEC_VAL_STEP];
+	float o = ld_meta(p.meta, ob, m + d / p.G);
+	float st = ld_meta(p.meta, sb, m + d / p.G);
+
+#pragma unroll
+	for (int k = 0; k < 8; k++) {
+		if (p.G < 8 && k > 0) {
+			o = ld_meta(p.meta, ob, m + (d + k) / p.G);
+			st = ld_meta(p.meta, sb, m + (d + k) / p.G);
+		}
+		x[k] = fmaf(st, (float)((w >> (k * bits)) &
+					((1u << bits) - 1)), o);
+	}
 }
 
 static __device__ __forceinline__ float warp_max(float x)
@@ -177,10 +231,34 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 		int n = min(TILE, t1 - c0);
 
 		__syncthreads();
-		for (int i = tid; i < n * D; i += blockDim.x) {
-			int t = i / D, d = i % D;
-			kt[t * pitch + d] = key_at(p, sq, b, h, c0 + t, d);
-			vt[t * pitch + d] = val_at(p, sq, b, h, c0 + t, d);
+		/* 8 channels per item, 4 items per thread in flight */
+		const int per_tok = D / 8, items = n * per_tok;
+		for (int base = 0; base < items; base += 4 * blockDim.x) {
+			float kx[4][8], vx[4][8];
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				int i = base + u * blockDim.x + tid;
+
+				if (i < items) {
+					int t = i / per_tok, d = i % per_tok * 8;
+
+					key8(p, sq, b, h, c0 + t, d, kx[u]);
+					val8(p, sq, b, h, c0 + t, d, vx[u]);
+				}
+			}
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				int i = base + u * blockDim.x + tid;
+
+				if (i < items) {
+					int t = i / per_tok, d = i % per_tok * 8;
+#pragma unroll
+					for (int k = 0; k < 8; k++) {
+						kt[t * pitch + d + k] = kx[u][k];
+						vt[t * pitch + d + k] = vx[u][k];
+					}
+				}
+			}
 		}
 		__syncthreads();
 		for (int e = tid; e < TILE * HPC; e += blockDim.x) {
@@ -694,7 +772,8 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 		return rc;
 	if (!a->batch || !s->kv_heads || a->q_heads % s->kv_heads ||
 	    s->head_dim > 256 || !dtype_ok(a->dtype) ||
-	    !dtype_ok(a->out_dtype) || a->page_stride % 16) {
+	    !dtype_ok(a->out_dtype) || a->page_stride % 16 ||
+	    s->head_dim % 8) {
 		kvs_log(KVS_LOG_ERR, "cuda attend: unsupported arguments");
 		return -KVS_EPARAM;
 	}
@@ -771,7 +850,9 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 		return rc;
 	if (!a->q || !a->seqs || !a->out || !a->workspace ||
 	    a->workspace_size < kvs_cuda_attn_workspace(a) ||
-	    (a->max_tokens && (!a->page_table || !a->pool))) {
+	    (a->max_tokens && (!a->page_table || !a->pool)) ||
+	    ((uintptr_t)a->q | (uintptr_t)a->k_resid | (uintptr_t)a->v_resid |
+	     (uintptr_t)a->pool) % 16) {
 		kvs_log(KVS_LOG_ERR, "cuda attend: missing buffers");
 		return -KVS_EPARAM;
 	}
