@@ -406,25 +406,14 @@ static __device__ __forceinline__ uint32_t pack_f16(float lo, float hi)
 	return *reinterpret_cast<uint32_t *>(&v);
 }
 
-/* The hi (part 0) or lo (part 1) bf16 term of x. */
-static __device__ __forceinline__ float split_part(float x, int part)
-{
-	float hi = __bfloat162float(__float2bfloat16_rn(x));
-
-	return part ? x - hi : x;
-}
-
-static __device__ __forceinline__ float h2f(const uint8_t *p)
-{
-	return __half2float(*reinterpret_cast<const __half *>(p));
-}
-
 /* Issues the cp.async copies of one tile (3 KB, 6 x 16 B per lane). */
-static __device__ void issue_tile(const attn_params &p, int b, int h,
-				  int tile, uint8_t *stage, int lane)
+static __device__ void issue_tile(const attn_params &p, int h, int tile,
+				  const int32_t *pages, int first_page,
+				  uint8_t *stage, int lane)
 {
 	const int tok = tile * TILE, tt0 = tok % p.S, g = tt0 / TILE;
-	const uint8_t *pg = page_of(p, b, tok);
+	const uint8_t *pg = p.pool + (uint64_t)pages[tok / p.S - first_page] *
+			    p.page_stride;
 	const uint8_t *kc = pg + p.lay.off[KVS_SEC_KEY_CODES] +
 			    ((size_t)h * p.S + tt0) * 32;
 	const uint8_t *vc = pg + p.lay.off[KVS_SEC_VAL_CODES] +
@@ -466,47 +455,81 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 	float a_part = 0.0f;
 	uint32_t breg[8][2];
 
-	/* Key metadata: origin dot for head gi>>1, scaled q halves for B */
-	const uint8_t *ko = sg + T_KO + 64 * ti, *ks = sg + T_KS + 64 * ti;
+	/* Key metadata: origin dot for head gi>>1, scaled q halves for B.
+	 * q*step = hi + lo with hi its top 16 bits (a bf16, truncated) and lo
+	 * the exact rest rounded to bf16: 16 significant bits in all. */
+	const uint4 *ko = reinterpret_cast<const uint4 *>(sg + T_KO + 64 * ti);
+	const uint4 *ks = reinterpret_cast<const uint4 *>(sg + T_KS + 64 * ti);
+	float stp[32];
 #pragma unroll
-	for (int c = 0; c < 32; c++)
-		a_part = fmaf(qreg[c], h2f(ko + 2 * c), a_part);
+	for (int v = 0; v < 4; v++) {
+		uint4 o4 = ko[v], s4 = ks[v];
+		const uint32_t ow[4] = { o4.x, o4.y, o4.z, o4.w };
+		const uint32_t sw[4] = { s4.x, s4.y, s4.z, s4.w };
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			float2 of = __half22float2(
+				*reinterpret_cast<const __half2 *>(&ow[e]));
+			float2 sf = __half22float2(
+				*reinterpret_cast<const __half2 *>(&sw[e]));
+			int c = 8 * v + 2 * e;
+
+			a_part = fmaf(qreg[c], of.x, a_part);
+			a_part = fmaf(qreg[c + 1], of.y, a_part);
+			stp[c] = sf.x;
+			stp[c + 1] = sf.y;
+		}
+	}
 #pragma unroll
 	for (int s = 0; s < 8; s++) {
 #pragma unroll
 		for (int r = 0; r < 2; r++) {
 			int q = 2 * s + r, cl = 16 * (q >> 3) + (q & 7);
 			int ch = cl + 8;
-			float xl = split_part(qreg[cl] * h2f(ks + 2 * cl), part);
-			float xh = split_part(qreg[ch] * h2f(ks + 2 * ch), part);
-			breg[s][r] = pack_bf16(xl, xh);
+			float xl = qreg[cl] * stp[cl], xh = qreg[ch] * stp[ch];
+			uint32_t bl = __float_as_uint(xl), bh = __float_as_uint(xh);
+			uint32_t hi = __byte_perm(bl, bh, 0x7632);
+			uint32_t lo = pack_bf16(
+				xl - __uint_as_float(bl & 0xffff0000u),
+				xh - __uint_as_float(bh & 0xffff0000u));
+
+			breg[s][r] = part ? lo : hi;
 		}
 	}
 	a_part += __shfl_xor_sync(0xffffffffu, a_part, 1);
 	a_part += __shfl_xor_sync(0xffffffffu, a_part, 2);
 	const float a_j = __shfl_sync(0xffffffffu, a_part, (2 * ti) << 2);
 
-	/* Key MMA: rows gi, gi+8 of two 16-token blocks */
+	/* Key MMA: rows gi, gi+8 of two 16-token blocks, chains interleaved */
 	float logit[4];
+	{
+		uint2 r[4];
+		float c[2][4] = { { 0.0f, 0.0f, 0.0f, 0.0f },
+				  { 0.0f, 0.0f, 0.0f, 0.0f } };
 #pragma unroll
-	for (int mb = 0; mb < 2; mb++) {
-		uint2 r0 = *reinterpret_cast<const uint2 *>(
-			sg + T_KC + (16 * mb + gi) * 32 + 8 * ti);
-		uint2 r1 = *reinterpret_cast<const uint2 *>(
-			sg + T_KC + (16 * mb + gi + 8) * 32 + 8 * ti);
-		float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+		for (int k = 0; k < 4; k++)
+			r[k] = *reinterpret_cast<const uint2 *>(
+				sg + T_KC + (gi + 8 * k) * 32 + 8 * ti);
 #pragma unroll
 		for (int s = 0; s < 8; s++) {
-			uint32_t w0 = s < 4 ? r0.x : r0.y;
-			uint32_t w1 = s < 4 ? r1.x : r1.y;
 			int i0 = (2 * s) & 7, i1 = (2 * s + 1) & 7;
+#pragma unroll
+			for (int mb = 0; mb < 2; mb++) {
+				uint32_t w0 = s < 4 ? r[2 * mb].x : r[2 * mb].y;
+				uint32_t w1 = s < 4 ? r[2 * mb + 1].x :
+						      r[2 * mb + 1].y;
 
-			mma_bf16(c, pair_bf16(w0, i0), pair_bf16(w1, i0),
-				 pair_bf16(w0, i1), pair_bf16(w1, i1),
-				 breg[s][0], breg[s][1]);
+				mma_bf16(c[mb], pair_bf16(w0, i0),
+					 pair_bf16(w1, i0), pair_bf16(w0, i1),
+					 pair_bf16(w1, i1), breg[s][0],
+					 breg[s][1]);
+			}
 		}
-		logit[2 * mb] = c[0] + c[1] + a_j;
-		logit[2 * mb + 1] = c[2] + c[3] + a_j;
+#pragma unroll
+		for (int mb = 0; mb < 2; mb++) {
+			logit[2 * mb] = c[mb][0] + c[mb][1] + a_j;
+			logit[2 * mb + 1] = c[mb][2] + c[mb][3] + a_j;
+		}
 	}
 
 	/* online softmax for head ti over the warp's tokens */
@@ -551,16 +574,24 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 		uint32_t w[4];
 #pragma unroll
 		for (int e = 0; e < 4; e++) {
-			const uint8_t *vo = sg + T_VO + tk[e] * 8;
-			const uint8_t *vs = sg + T_VS + tk[e] * 8;
+			const uint2 vo = *reinterpret_cast<const uint2 *>(
+				sg + T_VO + tk[e] * 8);
+			const uint2 vs = *reinterpret_cast<const uint2 *>(
+				sg + T_VS + tk[e] * 8);
+			/* groups grp0 and grp0 + 2: half grp0 of words x, y */
+			const int sh = 16 * grp0;
+			float o0 = __half2float(__ushort_as_half(
+				(unsigned short)(vo.x >> sh)));
+			float o1 = __half2float(__ushort_as_half(
+				(unsigned short)(vo.y >> sh)));
 
 			pv[e] = p_s[tk[e] * HPC + j];
-			s0[e] = pv[e] * h2f(vs + 2 * grp0);
-			s1[e] = pv[e] * h2f(vs + 2 * (grp0 + 2));
-			st.acc_o[0] = fmaf(pv[e], h2f(vo + 2 * grp0),
-					   st.acc_o[0]);
-			st.acc_o[1] = fmaf(pv[e], h2f(vo + 2 * (grp0 + 2)),
-					   st.acc_o[1]);
+			s0[e] = pv[e] * __half2float(__ushort_as_half(
+				(unsigned short)(vs.x >> sh)));
+			s1[e] = pv[e] * __half2float(__ushort_as_half(
+				(unsigned short)(vs.y >> sh)));
+			st.acc_o[0] = fmaf(pv[e], o0, st.acc_o[0]);
+			st.acc_o[1] = fmaf(pv[e], o1, st.acc_o[1]);
 			w[e] = *reinterpret_cast<const uint32_t *>(
 				sg + T_VC + tk[e] * 32 + 4 * gi);
 		}
@@ -595,6 +626,12 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 	uint8_t *wsm = smem + warp * WARP_SMEM;
 	float *p_s = reinterpret_cast<float *>(wsm + STAGES * TILE_BYTES);
 	float *alpha_s = p_s + TILE * HPC;
+	/* this CTA's page indices, staged once: no pointer chase per tile */
+	int32_t *pages = reinterpret_cast<int32_t *>(smem + WARPS * WARP_SMEM);
+	const int page0 = tb * TILE / p.S;
+	const int npages = te > tb ? (te - 1) * TILE / p.S - page0 + 1 : 0;
+	for (int i = tid; i < npages; i += blockDim.x)
+		pages[i] = p.page_table[(size_t)b * p.max_pages + page0 + i];
 	float qreg[32];
 	fast_state st;
 
@@ -615,11 +652,12 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 	st.acc_o[0] = st.acc_o[1] = 0.0f;
 	st.m = -INFINITY;
 	st.l = 0.0f;
+	__syncthreads();
 
 #pragma unroll
 	for (int s = 0; s < STAGES - 1; s++) {
 		if (s < mine)
-			issue_tile(p, b, h, first + WARPS * s,
+			issue_tile(p, h, first + WARPS * s, pages, page0,
 				   wsm + s * TILE_BYTES, lane);
 		cp_commit();
 	}
@@ -627,7 +665,7 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 		int kk = k + STAGES - 1;
 
 		if (kk < mine)
-			issue_tile(p, b, h, first + WARPS * kk,
+			issue_tile(p, h, first + WARPS * kk, pages, page0,
 				   wsm + (kk % STAGES) * TILE_BYTES, lane);
 		cp_commit();
 		cp_wait<STAGES - 1>();
@@ -696,18 +734,28 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 	}
 }
 
+/*
+ * 1-D grid: units (sequence, KV head, query-head group) x splits, the short
+ * generic CTAs first so that the long fast ones are not left for the tail.
+ */
 template <bool FAST>
 __global__ void __launch_bounds__(WARPS * 32)
 attn_kernel(const attn_params p)
 {
 	extern __shared__ __align__(16) uint8_t smem[];
-	const int h = blockIdx.y / p.nsub, sub = blockIdx.y % p.nsub;
-	const int b = blockIdx.z;
+	const int gen = p.n_gen * p.B * p.Hkv * p.nsub;
+	int idx = blockIdx.x, n = idx < gen ? p.n_gen : p.n_fast;
 
-	if (FAST && (int)blockIdx.x < p.n_fast)
-		fast_cta(p, blockIdx.x, h, sub, b, smem);
+	if (idx >= gen)
+		idx -= gen;
+	const int split = idx % n, u = idx / n;
+	const int b = u / (p.Hkv * p.nsub), r = u % (p.Hkv * p.nsub);
+	const int h = r / p.nsub, sub = r % p.nsub;
+
+	if (FAST && (int)blockIdx.x >= gen)
+		fast_cta(p, split, h, sub, b, smem);
 	else
-		generic_cta(p, blockIdx.x - p.n_fast, h, sub, b,
+		generic_cta(p, split, h, sub, b,
 			    reinterpret_cast<float *>(smem));
 }
 
@@ -757,6 +805,22 @@ static int sm_count(void)
 	return count;
 }
 
+/* Fast CTAs that fit on the device at once. */
+static int resident_slots(void)
+{
+	static int slots;
+	int per_sm = 0;
+
+	if (slots)
+		return slots;
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm,
+			attn_kernel<true>, WARPS * 32,
+			WARPS * WARP_SMEM + 1024) != cudaSuccess || per_sm <= 0)
+		per_sm = 2;
+	slots = per_sm * sm_count();
+	return slots;
+}
+
 static int dtype_ok(int t)
 {
 	return t == KVS_DTYPE_F32 || t == KVS_DTYPE_F16 || t == KVS_DTYPE_BF16;
@@ -796,17 +860,27 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 		     !(a->flags & KVS_CUDA_ATTN_GENERIC);
 
 	const int units = p->B * p->Hkv * p->nsub;
-	const int target = 4 * sm_count();
+	const int slots = resident_slots();
+	const int target = slots;
 	int max_tiles = p->fast_ok ? (int)(a->max_tokens / TILE) : 0;
 
 	p->n_fast = 0;
 	p->fast_tps = 1;
 	if (max_tiles > 0) {
-		int n = (target + units - 1) / units;
-		int cap = (max_tiles + WARPS - 1) / WARPS;
+		/* fewest waves x tiles per CTA (+ a CTA's fixed cost) */
+		int cap = (max_tiles + WARPS - 1) / WARPS, best = 1;
+		double best_cost = 1e30;
 
-		n = n < 1 ? 1 : (n > cap ? cap : n);
-		p->fast_tps = (max_tiles + n - 1) / n;
+		for (int n = 1; n <= cap && n <= 4 * slots; n++) {
+			double waves = (double)((units * n + slots - 1) / slots);
+			double cost = waves * ((double)max_tiles / n + 8.0);
+
+			if (cost < best_cost - 1e-9) {
+				best_cost = cost;
+				best = n;
+			}
+		}
+		p->fast_tps = (max_tiles + best - 1) / best;
 		p->n_fast = (max_tiles + p->fast_tps - 1) / p->fast_tps;
 	}
 	uint32_t rows = a->k_resid_stride > a->v_resid_stride ?
@@ -870,10 +944,11 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 	p.ws = (float *)a->workspace;
 
 	size_t smem = generic_smem(p.D);
-	size_t fast = (size_t)WARPS * WARP_SMEM;
+	size_t fast = (size_t)WARPS * WARP_SMEM +
+		      sizeof(int32_t) * (p.fast_tps * TILE / p.S + 2);
 	if (p.fast_ok && fast > smem)
 		smem = fast;
-	dim3 grid(p.n_slots, p.Hkv * p.nsub, p.B);
+	dim3 grid(p.n_slots * p.B * p.Hkv * p.nsub);
 	if (p.fast_ok) {
 		if (smem > 48 * 1024)
 			rc = KVS_CUDA_CHECK(cudaFuncSetAttribute(

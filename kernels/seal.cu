@@ -93,10 +93,23 @@ static __device__ unsigned group_meta(int mt, int bits, float lo, float hi,
 	return isfinite(fmaf(s, levels, o)) ? 0 : KVS_CUDA_FLAG_RANGE;
 }
 
+/*
+ * code = clamp(rint((x - origin) / step), 0, 2^b - 1) with the IEEE
+ * quotient, without paying for an IEEE division per element: x - origin
+ * times a reciprocal is within a few ulps of the rounded quotient, so its
+ * rint can differ only when it lies near a half-integer; those (and the
+ * non-finite) take __fdiv_rn.  @rstep is 1/step (0 for infinite steps).
+ */
 static __device__ __forceinline__ unsigned quant_code(float x, float origin,
-						      float step, int qmax)
+						      float step, float rstep,
+						      int qmax)
 {
-	float r = rintf(__fdiv_rn(__fsub_rn(x, origin), step));
+	float num = __fsub_rn(x, origin);
+	float q = __fmul_rn(num, rstep);
+
+	if (!(fabsf(q - floorf(q) - 0.5f) > 1.0e-4f) || !isfinite(q))
+		q = __fdiv_rn(num, step);
+	float r = rintf(q);
 
 	r = fminf(fmaxf(r, 0.0f), (float)qmax);
 	return (unsigned)r;
@@ -116,6 +129,7 @@ __global__ void seal_kernel(const seal_params p)
 	float *ktile = smem, *vtile = ktile + G * pitch;
 	float *korig = vtile + G * pitch, *kstep = korig + D;
 	float *vorig = kstep + D, *vstep = vorig + G * ngrp;
+	float *krcp = vstep + G * ngrp, *vrcp = krcp + D;
 	__shared__ unsigned flags;
 	const void *ksrc, *vsrc;
 	unsigned flag = 0;
@@ -151,6 +165,7 @@ __global__ void seal_kernel(const seal_params p)
 		size_t i = ((size_t)h * (p.S / G) + g) * D + d;
 		store_meta(p.meta, ko, i, korig[d]);
 		store_meta(p.meta, ks, i, s);
+		krcp[d] = __frcp_rn(kstep[d]);
 	}
 	uint8_t *vo = img + p.lay.off[KVS_SEC_VAL_ORIGIN];
 	uint8_t *vs = img + p.lay.off[KVS_SEC_VAL_STEP];
@@ -167,6 +182,7 @@ __global__ void seal_kernel(const seal_params p)
 		flag |= group_meta(p.meta, bits, lo, hi, &o, &s,
 				   &vstep[t * ngrp + j]);
 		vorig[t * ngrp + j] = o;
+		vrcp[t * ngrp + j] = __frcp_rn(vstep[t * ngrp + j]);
 		size_t e = ((size_t)h * p.S + t0 + t) * ngrp + j;
 		store_meta(p.meta, vo, e, o);
 		store_meta(p.meta, vs, e, s);
@@ -185,10 +201,10 @@ __global__ void seal_kernel(const seal_params p)
 		for (int k = 0; k < cpw; k++) {
 			int d = d0 + k;
 			unsigned c = quant_code(ktile[t * pitch + d], korig[d],
-						kstep[d], qmax);
+						kstep[d], krcp[d], qmax);
 			int j = t * ngrp + d / G;
 			unsigned v = quant_code(vtile[t * pitch + d], vorig[j],
-						vstep[j], qmax);
+						vstep[j], vrcp[j], qmax);
 			kw |= c << (k * bits);
 			vw |= v << (k * bits);
 		}
@@ -301,8 +317,8 @@ int kvs_cuda_seal_blocks(const struct kvs_cuda_seal *a)
 	p.status = status;
 
 	{
-		size_t smem = (size_t)(2 * p.G * (p.D + 1) + 2 * p.D +
-				       2 * p.G * (p.D / p.G)) * sizeof(float);
+		size_t smem = (size_t)(2 * p.G * (p.D + 1) + 3 * p.D +
+				       3 * p.G * (p.D / p.G)) * sizeof(float);
 		dim3 grid(p.S / p.G, p.heads, a->blocks);
 
 		if (smem > 48 * 1024)

@@ -226,10 +226,10 @@ static void run_case(const struct attn_case *c)
 	a.v_resid = gpu_dup(vd, rsz * esz);
 	a.k_resid_stride = a.v_resid_stride = stride;
 	a.out = gpu_alloc(sizeof(float) * B * Hq * D);
+	a.flags = c->flags;
 	a.workspace_size = kvs_cuda_attn_workspace(&a);
 	assert_true(a.workspace_size > 0);
 	a.workspace = gpu_alloc(a.workspace_size);
-	a.flags = c->flags;
 	gpu_poison(a.out, sizeof(float) * B * Hq * D);
 	gpu_poison(a.workspace, a.workspace_size);
 	assert_int_equal(kvs_cuda_attend(&a), 0);
