@@ -154,8 +154,8 @@ const char *rec_check_name(int err)
 }
 
 int record_verify(const uint8_t *rec, size_t avail,
-		  const struct kvs_store_key *expect, struct rec_header *out,
-		  const char **check_out)
+		  const struct kvs_store_key *expect, unsigned verify_flags,
+		  struct rec_header *out, const char **check_out)
 {
 	struct rec_header h;
 	struct kvs_store_key okey;
@@ -183,7 +183,7 @@ int record_verify(const uint8_t *rec, size_t avail,
 		check = "record checksum";
 		goto bad;
 	}
-	err = kvs_object_verify(obj, h.length, 0);
+	err = kvs_object_verify(obj, h.length, verify_flags);
 	if (err) {
 		check = kvs_check_name(err);
 		goto bad;

@@ -5,7 +5,9 @@
  * Verdicts: good; corrupt (a complete record failed a check, or a run of
  * unreadable pages that a valid record follows); torn (the log of the
  * segment ends inside it: a run of bad pages reaching the end of the file,
- * a record running past it, or a last record failing its payload check).
+ * a record running past it, or a last record failing its payload check;
+ * or a run of zero pages, a record never written).  Zeros to the end of
+ * the file are the unused rest of a preallocated head, not a record.
  * Good records older than another record of their key are "superseded".
  * --repair rewrites each segment that has a bad record with its good
  * records only (new file, fsync, rename over, fsync of the directory); a
@@ -52,7 +54,7 @@ static int walk(uint64_t id, const uint8_t *buf, uint64_t size,
 	const char *check = NULL;
 	uint64_t off = SEG_HEADER_SIZE, bad_start = 0;
 	size_t first = vs->n;
-	bool in_bad = false;
+	bool in_bad = false, bad_zero = true;
 	int err;
 
 	while (off + KVS_STORE_ALIGN <= size) {
@@ -60,9 +62,12 @@ static int walk(uint64_t id, const uint8_t *buf, uint64_t size,
 		if (err) {
 			if (!in_bad) {
 				in_bad = true;
+				bad_zero = true;
 				bad_start = off;
 				check = rec_check_name(err);
 			}
+			for (size_t i = 0; bad_zero && i < KVS_STORE_ALIGN; i++)
+				bad_zero = buf[off + i] == 0;
 			off += KVS_STORE_ALIGN;
 			continue;
 		}
@@ -71,8 +76,8 @@ static int walk(uint64_t id, const uint8_t *buf, uint64_t size,
 		if (in_bad) {
 			r.offset = bad_start;
 			r.length = off - bad_start;
-			r.status = KVS_FSCK_CORRUPT;
-			r.check = check;
+			r.status = bad_zero ? KVS_FSCK_TORN : KVS_FSCK_CORRUPT;
+			r.check = bad_zero ? "never written" : check;
 			if (add(vs, &r))
 				return -ENOMEM;
 			in_bad = false;
@@ -90,7 +95,7 @@ static int walk(uint64_t id, const uint8_t *buf, uint64_t size,
 			r.check = "record length";
 			return add(vs, &r);
 		}
-		if (record_verify(buf + off, size - off, NULL, NULL,
+		if (record_verify(buf + off, size - off, NULL, 0, NULL,
 				  &r.check)) {
 			r.status = KVS_FSCK_CORRUPT;
 		}
@@ -98,7 +103,7 @@ static int walk(uint64_t id, const uint8_t *buf, uint64_t size,
 			return -ENOMEM;
 		off += record_size(h.length);
 	}
-	if (in_bad) {
+	if (in_bad && !bad_zero) {
 		memset(&r, 0, sizeof(r));
 		r.segment = id;
 		r.offset = bad_start;

@@ -1,17 +1,21 @@
 /*
  * io.c - the default I/O ops table: plain system calls (errors as -errno)
- * and an io_uring engine that runs a batch of reads/writes with a sliding
- * window of at most `depth` in flight, using registered buffers where the
- * request names one.  Without liburing, batches run one call at a time.
+ * and an io_uring engine: start() queues and submits one read or write
+ * (fixed, on a registered buffer, where the request names one),
+ * complete() reaps completions; and io_run(), which runs a set of requests
+ * with at most `depth` in flight on top of them.  Without liburing,
+ * start() runs the request at once.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "kvs_config.h"
+#include "kvstash/log.h"
 #include "store_internal.h"
 
 #if KVS_HAVE_IO_URING
@@ -22,7 +26,7 @@ struct kvs_store_ring {
 #if KVS_HAVE_IO_URING
 	struct io_uring uring;
 #endif
-	unsigned depth;
+	bool live;              /* uring set up */
 	bool registered;
 };
 
@@ -74,6 +78,11 @@ static int sys_ftruncate(void *ctx, int fd, off_t len)
 	return ftruncate(fd, len) ? -errno : 0;
 }
 
+static int sys_fallocate(void *ctx, int fd, off_t len)
+{
+	return fallocate(fd, 0, 0, len) ? -errno : 0;
+}
+
 static int sys_rename(void *ctx, const char *from, const char *to)
 {
 	return rename(from, to) ? -errno : 0;
@@ -84,98 +93,85 @@ static int sys_unlink(void *ctx, const char *path)
 	return unlink(path) ? -errno : 0;
 }
 
-static void submit_sync(struct kvs_store_io_req *reqs, unsigned n)
+static void run_sync(struct kvs_store_io_req *r)
 {
-	for (unsigned i = 0; i < n; i++) {
-		struct kvs_store_io_req *r = &reqs[i];
-
-		if (r->op == KVS_STORE_IO_READ)
-			r->res = (int32_t)sys_pread(NULL, r->fd, r->buf,
-						    r->len, (off_t)r->off);
-		else
-			r->res = (int32_t)sys_pwrite(NULL, r->fd, r->buf,
-						     r->len, (off_t)r->off);
-	}
+	if (r->op == KVS_STORE_IO_READ)
+		r->res = (int32_t)sys_pread(NULL, r->fd, r->buf, r->len,
+					    (off_t)r->off);
+	else
+		r->res = (int32_t)sys_pwrite(NULL, r->fd, r->buf, r->len,
+					     (off_t)r->off);
+	r->done = true;
 }
 
+static int sys_start(void *ctx, struct kvs_store_ring *ring,
+		     struct kvs_store_io_req *r)
+{
 #if KVS_HAVE_IO_URING
-static void prep(struct io_uring_sqe *sqe, struct kvs_store_io_req *r,
-		 bool fixed)
-{
-	if (r->op == KVS_STORE_IO_READ) {
-		if (fixed && r->buf_index >= 0)
-			io_uring_prep_read_fixed(sqe, r->fd, r->buf, r->len,
-						 r->off, r->buf_index);
-		else
-			io_uring_prep_read(sqe, r->fd, r->buf, r->len,
-					   r->off);
-	} else {
-		if (fixed && r->buf_index >= 0)
-			io_uring_prep_write_fixed(sqe, r->fd, r->buf, r->len,
-						  r->off, r->buf_index);
-		else
-			io_uring_prep_write(sqe, r->fd, r->buf, r->len,
-					    r->off);
+	struct io_uring_sqe *sqe;
+	bool fixed;
+	int ret;
+
+	if (!ring || !ring->live) {
+		run_sync(r);
+		return 0;
 	}
+	sqe = io_uring_get_sqe(&ring->uring);
+	if (!sqe)
+		return -EAGAIN;
+	fixed = ring->registered && r->buf_index >= 0;
+	if (r->op == KVS_STORE_IO_READ && fixed)
+		io_uring_prep_read_fixed(sqe, r->fd, r->buf, r->len, r->off,
+					 r->buf_index);
+	else if (r->op == KVS_STORE_IO_READ)
+		io_uring_prep_read(sqe, r->fd, r->buf, r->len, r->off);
+	else if (fixed)
+		io_uring_prep_write_fixed(sqe, r->fd, r->buf, r->len, r->off,
+					  r->buf_index);
+	else
+		io_uring_prep_write(sqe, r->fd, r->buf, r->len, r->off);
+	io_uring_sqe_set_data(sqe, r);
+	r->done = false;
+	do
+		ret = io_uring_submit(&ring->uring);
+	while (ret == -EINTR);
+	return ret < 0 ? ret : 0;
+#else
+	run_sync(r);
+	return 0;
+#endif
 }
 
-static int submit_uring(struct kvs_store_ring *ring,
-			struct kvs_store_io_req *reqs, unsigned n,
-			unsigned depth)
+static int sys_complete(void *ctx, struct kvs_store_ring *ring, unsigned min)
 {
-	unsigned next = 0, inflight = 0, done = 0;
+#if KVS_HAVE_IO_URING
 	struct io_uring_cqe *cqe;
-	int err = 0;
+	unsigned seen = 0, head;
+	int ret;
 
-	if (depth == 0 || depth > ring->depth)
-		depth = ring->depth;
-	while (done < n) {
-		while (err == 0 && inflight < depth && next < n) {
-			struct io_uring_sqe *sqe =
-				io_uring_get_sqe(&ring->uring);
-
-			if (!sqe)
-				break;
-			prep(sqe, &reqs[next], ring->registered);
-			io_uring_sqe_set_data64(sqe, next);
-			next++;
-			inflight++;
-		}
-		if (inflight == 0) {
-			/* could not submit at all: fail the rest */
-			for (; next < n; next++, done++)
-				reqs[next].res = err;
-			break;
-		}
-		int ret = io_uring_submit_and_wait(&ring->uring, 1);
-
-		if (ret < 0 && ret != -EINTR && ret != -EAGAIN &&
-		    ret != -EBUSY)
-			err = ret;
-		unsigned head, seen = 0;
+	if (!ring || !ring->live)
+		return 0;
+	for (;;) {
+		unsigned n = 0;
 
 		io_uring_for_each_cqe(&ring->uring, head, cqe) {
-			reqs[cqe->user_data].res = cqe->res;
-			seen++;
-		}
-		io_uring_cq_advance(&ring->uring, seen);
-		inflight -= seen;
-		done += seen;
-	}
-	return 0;
-}
-#endif
+			struct kvs_store_io_req *r = io_uring_cqe_get_data(cqe);
 
-static int sys_submit(void *ctx, struct kvs_store_ring *ring,
-		      struct kvs_store_io_req *reqs, unsigned n,
-		      unsigned depth)
-{
-#if KVS_HAVE_IO_URING
-	if (ring)
-		return submit_uring(ring, reqs, n, depth);
-#endif
-	submit_sync(reqs, n);
+			r->res = cqe->res;
+			r->done = true;
+			n++;
+		}
+		io_uring_cq_advance(&ring->uring, n);
+		seen += n;
+		if (seen >= min)
+			return (int)seen;
+		ret = io_uring_wait_cqe(&ring->uring, &cqe);
+		if (ret < 0 && ret != -EINTR && ret != -EAGAIN)
+			return ret;
+	}
+#else
 	return 0;
+#endif
 }
 
 static const struct kvs_store_io_ops default_ops = {
@@ -186,9 +182,11 @@ static const struct kvs_store_io_ops default_ops = {
 	.fsync = sys_fsync,
 	.fdatasync = sys_fdatasync,
 	.ftruncate = sys_ftruncate,
+	.fallocate = sys_fallocate,
 	.rename = sys_rename,
 	.unlink = sys_unlink,
-	.submit = sys_submit,
+	.start = sys_start,
+	.complete = sys_complete,
 	.ctx = NULL,
 };
 
@@ -210,7 +208,7 @@ int ring_create(unsigned depth, struct kvs_store_ring **out)
 		free(ring);
 		return err;
 	}
-	ring->depth = depth;
+	ring->live = true;
 	*out = ring;
 	return 0;
 #else
@@ -240,4 +238,50 @@ int ring_register(struct kvs_store_ring *ring, const struct iovec *iov,
 #else
 	return -ENOSYS;
 #endif
+}
+
+int io_run(struct kvs_store *s, struct kvs_store_io_req *reqs, unsigned n,
+	   unsigned depth)
+{
+	unsigned next = 0, first_open = 0;
+	int err;
+
+	if (depth == 0)
+		depth = 1;
+	for (unsigned i = 0; i < n; i++)
+		reqs[i].done = false;
+	for (;;) {
+		while (next < n && s->inflight < depth) {
+			err = s->io->start(s->io->ctx, s->ring, &reqs[next]);
+			if (err == -EAGAIN && s->inflight > 0)
+				break;
+			if (err) {
+				reqs[next].res = err;
+				reqs[next].done = true;
+			} else if (!reqs[next].done) {
+				s->inflight++;
+			}
+			next++;
+		}
+		while (first_open < n && reqs[first_open].done)
+			first_open++;
+		if (first_open == n)
+			return 0;
+		err = io_wait(s, 1);
+		if (err)
+			return err;
+	}
+}
+
+int io_wait(struct kvs_store *s, unsigned min)
+{
+	int n = s->io->complete(s->io->ctx, s->ring, min);
+
+	if (n < 0) {
+		kvs_log(KVS_LOG_ERR, "store: waiting for I/O: %s",
+			strerror(-n));
+		return n;
+	}
+	s->inflight -= (unsigned)n < s->inflight ? (unsigned)n : s->inflight;
+	return 0;
 }

@@ -2,7 +2,10 @@
  * nvme.c - the NVMe tier: a log of segment files.  Records are appended to
  * the newest segment (the head) at 4096-aligned offsets; a full head is
  * sealed and a new segment created (header written, fsync, fsync of the
- * directory, so a durable record's file is always findable).
+ * directory, so a durable record's file is always findable).  The head is
+ * preallocated to the full segment size: ext4 and others complete O_DIRECT
+ * writes that extend a file one at a time, so appends stay inside it; a
+ * sealed segment (and the head at close) is cut back to its log end.
  *
  * Capacity is counted in whole segments: at most nvme_capacity /
  * segment_size files.  When one more is needed, the oldest segment is
@@ -172,7 +175,7 @@ static int read_record(struct kvs_store *s, struct segment *seg,
 		.op = KVS_STORE_IO_READ, .fd = seg->fd, .buf = buf,
 		.len = (uint32_t)rec, .off = off, .buf_index = -1,
 	};
-	int err = s->io->submit(s->io->ctx, s->ring, &req, 1, 1);
+	int err = io_run(s, &req, 1, s->opts.queue_depth);
 
 	if (!err)
 		err = req.res < 0 ? req.res :
@@ -259,6 +262,28 @@ static void reclaim_oldest(struct kvs_store *s, struct carry_set *set)
 			strerror(-err));
 }
 
+int seg_grow(struct kvs_store *s, int fd)
+{
+	off_t len = (off_t)s->opts.segment_size;
+	int err = s->io->fallocate(s->io->ctx, fd, len);
+
+	if (err == -EOPNOTSUPP)
+		err = s->io->ftruncate(s->io->ctx, fd, len);
+	if (err)
+		kvs_log(KVS_LOG_ERR, "store: cannot size a segment in %s: %s",
+			s->dir, strerror(-err));
+	return err;
+}
+
+void seg_trim(struct kvs_store *s, struct segment *seg)
+{
+	int err = s->io->ftruncate(s->io->ctx, seg->fd, (off_t)seg->size);
+
+	if (err)
+		kvs_log(KVS_LOG_WARN, "store: trim segment %llu: %s",
+			(unsigned long long)seg->id, strerror(-err));
+}
+
 static int create_segment(struct kvs_store *s)
 {
 	uint64_t id = s->next_seg_id++;
@@ -273,6 +298,8 @@ static int create_segment(struct kvs_store *s)
 	seg_header_encode(id, s->scratch);
 	n = s->io->pwrite(s->io->ctx, fd, s->scratch, SEG_HEADER_SIZE, 0);
 	err = n < 0 ? (int)n : n != SEG_HEADER_SIZE ? -EIO : 0;
+	if (!err)
+		err = seg_grow(s, fd);
 	if (!err)
 		err = s->io->fsync(s->io->ctx, fd);
 	if (!err)
@@ -299,7 +326,7 @@ static int write_at(struct kvs_store *s, struct segment *seg, uint64_t off,
 		.op = KVS_STORE_IO_WRITE, .fd = seg->fd, .buf = image,
 		.len = (uint32_t)rec, .off = off, .buf_index = buf_index,
 	};
-	int err = s->io->submit(s->io->ctx, s->ring, &req, 1, 1);
+	int err = io_run(s, &req, 1, s->opts.queue_depth);
 
 	if (!err)
 		err = req.res < 0 ? req.res :
@@ -374,10 +401,23 @@ int nvme_reserve(struct kvs_store *s, uint64_t rec, struct segment **seg,
 	}
 	while (!nvme_head_fits(s, rec)) {
 		head = head_seg(s);
-		if (head)
+		if (head) {
 			head->sealed = true;
-		while (s->nsegs + 1 > s->max_segs && s->nsegs > 0)
+			seg_trim(s, head);
+		}
+		while (s->nsegs + 1 > s->max_segs && s->nsegs > 0) {
+			struct segment *old = list_entry(s->segments.prev,
+							 struct segment, link);
+
+			if (old->pending) {
+				/* its writes are still in flight: no room */
+				kvs_log(KVS_LOG_ERR,
+					"store: NVMe tier full of writes in flight");
+				write_carries(s, &set, false);
+				return -EBUSY;
+			}
 			reclaim_oldest(s, &set);
+		}
 		err = create_segment(s);
 		write_carries(s, &set, err == 0);
 		if (err)

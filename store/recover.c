@@ -8,9 +8,11 @@
  * A valid header indexes its record (newest sequence number wins); a page
  * that is not a valid header starts a bad run, skipped page by page (all
  * records are 4096-aligned, so the scan resynchronises on the next valid
- * header): a run that a valid header ends was a corrupt record, a run
- * that reaches the end of the file, or a record that extends past it, a
- * torn one.  Payloads are not read here, except in the newest segment,
+ * header; the skipping reads 1 MiB at a time): a run of garbage that a
+ * valid header ends was a corrupt record, a run of zeros a record never
+ * written (torn), a run of garbage to the end of the file or a record
+ * extending past it a torn one, and zeros to the end of the file are the
+ * unused, preallocated rest of a head segment (the log ends there).  Payloads are not read here, except in the newest segment,
  * the only one that can hold writes cut short by a crash: its records are
  * checked in full, and if all are whole it becomes the head again.  Every
  * later read from NVMe checks the record again.
@@ -23,10 +25,11 @@
 #include "kvstash/log.h"
 #include "store_internal.h"
 
+#define RESYNC_CHUNK (1u << 20)
+
 struct scan {
 	struct segment *seg;
 	uint64_t off;
-	bool in_bad;
 	bool done;
 	bool damaged;   /* something was dropped */
 };
@@ -54,12 +57,62 @@ static int index_record(struct kvs_store *s, struct segment *seg,
 	return 0;
 }
 
+static bool page_zero(const uint8_t *p)
+{
+	for (size_t i = 0; i < KVS_STORE_ALIGN; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+/* From the invalid page at sc->off, reads ahead in big chunks to the next
+ * valid record header (*@found, sc->off moved there) or the end of the
+ * file; *@zero says whether every page skipped was all zeros. */
+static int resync(struct kvs_store *s, struct scan *sc, uint8_t *bulk,
+		  bool *found, bool *zero)
+{
+	struct segment *seg = sc->seg;
+	uint64_t off = sc->off;
+	struct rec_header h;
+
+	*found = false;
+	*zero = true;
+	while (off < seg->size) {
+		uint64_t want = seg->size - off < RESYNC_CHUNK ?
+				seg->size - off : RESYNC_CHUNK;
+		ssize_t n = s->io->pread(s->io->ctx, seg->fd, bulk, want,
+					 (off_t)off);
+
+		if (n < 0) {
+			kvs_log(KVS_LOG_ERR, "store: scan segment %llu: %s",
+				(unsigned long long)seg->id, strerror((int)-n));
+			return (int)n;
+		}
+		n = n / KVS_STORE_ALIGN * KVS_STORE_ALIGN;
+		if (n == 0)
+			break;
+		for (ssize_t p = 0; p < n; p += KVS_STORE_ALIGN) {
+			if (rec_header_decode(bulk + p, &h) == 0) {
+				sc->off = off + (uint64_t)p;
+				*found = true;
+				return 0;
+			}
+			if (*zero && !page_zero(bulk + p))
+				*zero = false;
+		}
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
 /* One scan step on the page read at sc->off. */
 static int scan_step(struct kvs_store *s, struct scan *sc,
-		     const uint8_t *page, int res)
+		     const uint8_t *page, int res, uint8_t *bulk)
 {
 	struct segment *seg = sc->seg;
 	struct rec_header h;
+	uint64_t start = sc->off;
+	bool found, zero;
 	int err;
 
 	if (res != (int)KVS_STORE_ALIGN) {
@@ -72,9 +125,6 @@ static int scan_step(struct kvs_store *s, struct scan *sc,
 		return 0;
 	}
 	if (rec_header_decode(page, &h) == 0) {
-		if (sc->in_bad)
-			s->st.corrupt_dropped++;
-		sc->in_bad = false;
 		if (sc->off + record_size(h.length) > seg->size) {
 			s->st.torn_dropped++;
 			sc->damaged = true;
@@ -85,29 +135,47 @@ static int scan_step(struct kvs_store *s, struct scan *sc,
 		if (err)
 			return err;
 		sc->off += record_size(h.length);
-	} else {
-		sc->in_bad = true;
-		sc->damaged = true;
-		sc->off += KVS_STORE_ALIGN;
+		if (sc->off + KVS_STORE_ALIGN > seg->size)
+			sc->done = true;
+		return 0;
 	}
-	if (sc->off + KVS_STORE_ALIGN > seg->size) {
-		if (sc->in_bad)
-			s->st.torn_dropped++;
+	err = resync(s, sc, bulk, &found, &zero);
+	if (err) {
 		sc->done = true;
+		return err;
+	}
+	if (found) {
+		/* zeros: a record never written (in flight at a crash) */
+		if (zero)
+			s->st.torn_dropped++;
+		else
+			s->st.corrupt_dropped++;
+		sc->damaged = true;
+		return 0;
+	}
+	sc->done = true;
+	if (zero) {
+		/* the unwritten rest of a preallocated head: the log ends */
+		s->nvme_file_bytes -= seg->size - start;
+		seg->size = start;
+	} else {
+		s->st.torn_dropped++;
+		sc->damaged = true;
 	}
 	return 0;
 }
 
 static int scan_all(struct kvs_store *s, struct scan *sc, size_t n)
 {
-	struct kvs_store_io_req *req = calloc(n, sizeof(*req));
-	uint8_t *pages = NULL;
-	size_t *map = calloc(n, sizeof(*map));
+	struct kvs_store_io_req *req = calloc(n ? n : 1, sizeof(*req));
+	uint8_t *pages = NULL, *bulk = NULL;
+	size_t *map = calloc(n ? n : 1, sizeof(*map));
 	int err = 0;
 
 	if (!req || !map ||
 	    posix_memalign((void **)&pages, KVS_STORE_ALIGN,
-			   n * KVS_STORE_ALIGN)) {
+			   (n ? n : 1) * KVS_STORE_ALIGN) ||
+	    posix_memalign((void **)&bulk, KVS_STORE_ALIGN, RESYNC_CHUNK)) {
 		err = -ENOMEM;
 		goto out;
 	}
@@ -127,19 +195,19 @@ static int scan_all(struct kvs_store *s, struct scan *sc, size_t n)
 		}
 		if (nreq == 0)
 			break;
-		err = s->io->submit(s->io->ctx, s->ring, req, nreq,
-				    s->opts.queue_depth);
+		err = io_run(s, req, nreq, s->opts.queue_depth);
 		if (err)
 			goto out;
 		for (unsigned k = 0; k < nreq; k++) {
 			err = scan_step(s, &sc[map[k]],
 					pages + k * KVS_STORE_ALIGN,
-					req[k].res);
+					req[k].res, bulk);
 			if (err)
 				goto out;
 		}
 	}
 out:
+	free(bulk);
 	free(pages);
 	free(map);
 	free(req);
@@ -172,7 +240,7 @@ static int verify_newest(struct kvs_store *s, struct segment *seg,
 
 		next = l->next;
 		if (record_verify(buf + e->off, seg->size - e->off, &e->key,
-				  NULL, NULL) == 0)
+				  KVS_VERIFY_NO_CHECKSUMS, NULL, NULL) == 0)
 			continue;
 		s->st.torn_dropped++;
 		(*dropped)++;
@@ -272,7 +340,9 @@ int recover(struct kvs_store *s)
 		err = verify_newest(s, newest, &dropped);
 		/* a newest segment found whole takes new records again, so
 		 * short-lived processes do not leave a segment each */
-		if (!err && !dropped && !sc[nsc - 1].damaged)
+		if (!err && !dropped && !sc[nsc - 1].damaged &&
+		    newest->size < s->opts.segment_size &&
+		    seg_grow(s, newest->fd) == 0)
 			newest->sealed = false;
 	}
 	if (!err)

@@ -5,10 +5,11 @@
  * A put validates the object, copies it into a DRAM slot laid out as its
  * NVMe record image ([record header][object][zero pad]), so the write to
  * NVMe goes straight from the slot (a registered buffer) with no copy, and
- * a promotion reads straight into one.  Batches reserve their records in
- * the head segment and submit them together; everything already reserved
- * is written before the head rolls, so at most the head segment has
- * writes in flight (recovery relies on that).
+ * a promotion reads straight into one.  A batch is pipelined: each
+ * object's write starts as soon as it is staged (queue_depth in flight),
+ * so copying and checking the next objects overlaps the device; the
+ * writes in flight are drained before the head rolls, so only the head
+ * segment ever has writes in flight (recovery relies on that).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -261,6 +262,13 @@ void kvs_store_close(struct kvs_store *store)
 	if (store->nvme_on) {
 		index_each(&store->index, spill_cb, store);
 		nvme_sync_dirty(store);
+		if (!list_empty(&store->segments)) {
+			struct segment *head = list_entry(store->segments.next,
+							  struct segment, link);
+
+			if (!head->sealed)
+				seg_trim(store, head);
+		}
 	}
 	pthread_mutex_unlock(&store->lock);
 	teardown(store);
@@ -269,12 +277,14 @@ void kvs_store_close(struct kvs_store *store)
 /* ---- put ------------------------------------------------------------- */
 
 struct pending {
-	struct entry *e;
+	struct entry *e;        /* pinned until finished */
 	uint8_t *image;
 	bool owned;
+	bool started, finished;
 	size_t i;               /* index in the batch */
 	struct segment *seg;
 	uint64_t off, seq;
+	struct kvs_store_io_req req;
 };
 
 /* An entry for @key to hold a new object: the existing one (its DRAM
@@ -386,80 +396,86 @@ static void release_pending(struct kvs_store *s, struct pending *p)
 		free(p->image);
 	p->e->pins--;
 	entry_maybe_free(s, p->e);
-	p->e = NULL;
+	p->finished = true;
 }
 
-/* Writes pending[0..n) (already reserved); results per object. */
-static int write_reserved(struct kvs_store *s, struct pending *p, size_t n,
-			  int *results)
+/* Attaches the finished writes of p[0..n), reports the failed ones. */
+static void reap(struct kvs_store *s, struct pending *p, size_t n,
+		 int *results)
 {
-	struct kvs_store_io_req *req = calloc(n, sizeof(*req));
-	int err;
-
-	if (!req)
-		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
-		struct rec_header h = {
-			.seq = p[i].seq, .length = p[i].e->len,
-			.payload_sum = p[i].e->psum, .key = p[i].e->key,
-		};
+		struct pending *q = &p[i];
+		int r;
 
-		rec_header_encode(&h, p[i].image);
-		req[i] = (struct kvs_store_io_req){
-			.op = KVS_STORE_IO_WRITE, .fd = p[i].seg->fd,
-			.buf = p[i].image, .len = (uint32_t)record_size(h.length),
-			.off = p[i].off,
-			.buf_index = p[i].owned ? -1 : buf_index_of(s, p[i].image),
-		};
-	}
-	err = s->io->submit(s->io->ctx, s->ring, req, (unsigned)n,
-			    s->opts.queue_depth);
-	for (size_t i = 0; i < n; i++) {
-		int r = err ? err : req[i].res < 0 ? req[i].res :
-			req[i].res != (int32_t)req[i].len ? -EIO : 0;
-
+		if (!q->started || q->finished || !q->req.done)
+			continue;
+		r = q->req.res < 0 ? q->req.res :
+		    q->req.res != (int32_t)q->req.len ? -EIO : 0;
+		q->seg->pending--;
 		if (r) {
 			kvs_log(KVS_LOG_ERR,
 				"store: write segment %llu at %llu: %s",
-				(unsigned long long)p[i].seg->id,
-				(unsigned long long)p[i].off,
-				kvs_strerror(r));
-			results[p[i].i] = r;
+				(unsigned long long)q->seg->id,
+				(unsigned long long)q->off, kvs_strerror(r));
+			results[q->i] = r;
 		} else {
-			nvme_attach(s, p[i].e, p[i].seg, p[i].off, p[i].seq);
+			nvme_attach(s, q->e, q->seg, q->off, q->seq);
 		}
-		release_pending(s, &p[i]);
+		release_pending(s, q);
 	}
-	free(req);
-	return 0;
 }
 
-/* Reserves and writes every pending record, draining before each roll. */
-static int flush_pending(struct kvs_store *s, struct pending *p, size_t n,
-			 int *results)
+/* Waits for every started write of p[0..n) and finishes them. */
+static void drain(struct kvs_store *s, struct pending *p, size_t n,
+		  int *results)
 {
-	size_t first = 0;
+	for (size_t i = 0; i < n; i++)
+		while (p[i].started && !p[i].req.done)
+			if (io_wait(s, 1))
+				break;
+	reap(s, p, n, results);
+}
+
+/* Reserves the record of p[k] and starts its write, keeping at most
+ * queue_depth in flight; writes in flight are drained before a roll. */
+static void start_write(struct kvs_store *s, struct pending *p, size_t k,
+			int *results)
+{
+	struct pending *q = &p[k];
+	uint64_t rec = record_size(q->e->len);
+	struct rec_header h = {
+		.length = q->e->len, .payload_sum = q->e->psum,
+		.key = q->e->key,
+	};
 	int err;
 
-	for (size_t i = 0; i < n; i++) {
-		uint64_t rec = record_size(p[i].e->len);
-
-		if (!nvme_head_fits(s, rec) && i > first) {
-			write_reserved(s, p + first, i - first, results);
-			first = i;
-		}
-		err = nvme_reserve(s, rec, &p[i].seg, &p[i].off);
-		if (err) {
-			write_reserved(s, p + first, i - first, results);
-			for (; i < n; i++) {
-				results[p[i].i] = err;
-				release_pending(s, &p[i]);
-			}
-			return err;
-		}
-		p[i].seq = s->next_seq++;
+	if (!nvme_head_fits(s, rec))
+		drain(s, p, k, results);
+	err = nvme_reserve(s, rec, &q->seg, &q->off);
+	if (err) {
+		results[q->i] = err;
+		release_pending(s, q);
+		return;
 	}
-	return write_reserved(s, p + first, n - first, results);
+	q->seq = h.seq = s->next_seq++;
+	rec_header_encode(&h, q->image);
+	q->req = (struct kvs_store_io_req){
+		.op = KVS_STORE_IO_WRITE, .fd = q->seg->fd, .buf = q->image,
+		.len = (uint32_t)rec, .off = q->off,
+		.buf_index = q->owned ? -1 : buf_index_of(s, q->image),
+	};
+	while (s->inflight >= s->opts.queue_depth && io_wait(s, 1) == 0)
+		reap(s, p, k, results);
+	q->seg->pending++;
+	q->started = true;
+	err = s->io->start(s->io->ctx, s->ring, &q->req);
+	if (err) {
+		q->req.res = err;
+		q->req.done = true;
+	} else if (!q->req.done) {
+		s->inflight++;
+	}
+	reap(s, p, k + 1, results);
 }
 
 int kvs_store_put_batch(struct kvs_store *store, const uint8_t *const *objs,
@@ -485,25 +501,24 @@ int kvs_store_put_batch(struct kvs_store *store, const uint8_t *const *objs,
 	for (size_t i = 0; i < n; i++) {
 		struct kvs_store_key key;
 
-		/* a key already in this batch: write what came before */
+		/* a key whose earlier copy in this batch is still being
+		 * written: let that finish first */
 		if (kvs_store_key_of(objs[i], lens[i], &key) == 0) {
 			struct entry *e = index_find(&s->index, &key);
 
-			if (e && e->pins && np) {
-				flush_pending(s, p, np, results);
-				np = 0;
-			}
+			if (e && e->pins)
+				drain(s, p, np, results);
 		}
 		results[i] = stage_one(s, objs[i], lens[i],
 				       durability > KVS_DURABILITY_MEMORY,
 				       &p[np]);
 		if (results[i] == 0 && p[np].e) {
 			p[np].i = i;
+			start_write(s, p, np, results);
 			np++;
 		}
 	}
-	if (np)
-		flush_pending(s, p, np, results);
+	drain(s, p, np, results);
 	if (durability == KVS_DURABILITY_DURABLE) {
 		err = nvme_sync_dirty(s);
 		for (size_t i = 0; err && i < n; i++)

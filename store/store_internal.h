@@ -106,11 +106,14 @@ int seg_header_decode(const uint8_t *buf, uint64_t *id);
 int superblock_check(const struct kvs_store_io_ops *io, const char *dir,
 		     bool create);
 
-/* Full check of a record image (header + object); @check_out names the
- * failed check.  0 or the error. */
+/* Check of a record image: header, record checksum over every object
+ * byte, kvs_object_verify(@verify_flags) and the object's key; @check_out
+ * names the failed check.  0 or the error.  Reads pass
+ * KVS_VERIFY_NO_CHECKSUMS: the record checksum already proves the bytes
+ * are the ones whose section checksums were verified at put. */
 int record_verify(const uint8_t *rec, size_t avail,
-		  const struct kvs_store_key *expect, struct rec_header *out,
-		  const char **check_out);
+		  const struct kvs_store_key *expect, unsigned verify_flags,
+		  struct rec_header *out, const char **check_out);
 
 int dir_fsync(const struct kvs_store_io_ops *io, const char *dir);
 /* seg-<16 hex>.kvs; parses back, 0 or -EINVAL. */
@@ -126,6 +129,13 @@ void ring_destroy(struct kvs_store_ring *ring);
 /* Registers @n iovecs; 0 or -errno (the store then runs unregistered). */
 int ring_register(struct kvs_store_ring *ring, const struct iovec *iov,
 		  unsigned n);
+struct kvs_store;
+/* Runs @n requests, at most @depth in flight (counting others already
+ * started); 0 once all are done (each with its own res) or -errno. */
+int io_run(struct kvs_store *s, struct kvs_store_io_req *reqs, unsigned n,
+	   unsigned depth);
+/* Waits for at least @min started requests to complete. */
+int io_wait(struct kvs_store *s, unsigned min);
 
 /* ---- DRAM arena (dram.c) --------------------------------------------- */
 
@@ -222,6 +232,7 @@ struct segment {
 	uint64_t live_count;
 	struct list records;    /* entries whose newest record is here */
 	struct list link;       /* store's segment list, oldest first */
+	uint32_t pending;       /* writes started, not yet attached */
 	bool sealed;            /* no more appends */
 	bool dirty;             /* written since the last fdatasync */
 };
@@ -235,6 +246,7 @@ struct kvs_store {
 	struct kvs_store_opts opts;
 	const struct kvs_store_io_ops *io;
 	struct kvs_store_ring *ring;
+	unsigned inflight;      /* requests started, not completed */
 	bool direct;
 	struct index index;
 	/* DRAM tier */
@@ -291,6 +303,10 @@ void nvme_detach(struct kvs_store *s, struct entry *e);
 int nvme_write_image(struct kvs_store *s, struct entry *e, uint8_t *image,
 		     int buf_index, enum kvs_durability dur);
 int nvme_sync_dirty(struct kvs_store *s);
+/* Preallocates a head segment file to the segment size. */
+int seg_grow(struct kvs_store *s, int fd);
+/* Cuts a segment file back to its log end. */
+void seg_trim(struct kvs_store *s, struct segment *seg);
 struct segment *seg_new(struct kvs_store *s, uint64_t id, int fd,
 			uint64_t size);
 void seg_free(struct kvs_store *s, struct segment *seg);

@@ -69,7 +69,8 @@ enum kvs_store_io_op {
 	KVS_STORE_IO_WRITE = 2,
 };
 
-/* One read or write of a batch.  @res: bytes moved or -errno. */
+/* One read or write.  @res and @done are set when it completes; the
+ * request must stay in place until then. */
 struct kvs_store_io_req {
 	uint8_t op;             /* enum kvs_store_io_op */
 	int fd;
@@ -77,17 +78,21 @@ struct kvs_store_io_req {
 	uint32_t len;
 	uint64_t off;
 	int buf_index;          /* registered buffer, or -1 */
-	int32_t res;            /* out */
+	int32_t res;            /* out: bytes moved or -errno */
+	bool done;              /* out */
 };
 
 struct kvs_store_ring;          /* io_uring engine, opaque */
 
 /*
  * Every system call the store makes.  Each returns what the system call
- * returns, except that errors are -errno.  @submit runs @n requests with at
- * most @depth in flight and fills each req->res; it returns 0 once all have
- * completed (their own results may be errors) or -errno if it could not
- * run them.  @ring is NULL when io_uring is not available.
+ * returns, except that errors are -errno.  Data reads and writes go
+ * through @start and @complete: @start begins one request (the store keeps
+ * at most queue_depth in flight) and returns 0 or -errno (then it did not
+ * start); a request may also complete inside @start.  @complete waits for
+ * at least @min started requests to finish, sets their res and done, and
+ * returns how many finished.  Without io_uring @start runs the request at
+ * once.
  */
 struct kvs_store_io_ops {
 	int (*open)(void *ctx, const char *path, int flags, mode_t mode);
@@ -98,11 +103,12 @@ struct kvs_store_io_ops {
 	int (*fsync)(void *ctx, int fd);
 	int (*fdatasync)(void *ctx, int fd);
 	int (*ftruncate)(void *ctx, int fd, off_t len);
+	int (*fallocate)(void *ctx, int fd, off_t len); /* mode 0 from 0 */
 	int (*rename)(void *ctx, const char *from, const char *to);
 	int (*unlink)(void *ctx, const char *path);
-	int (*submit)(void *ctx, struct kvs_store_ring *ring,
-		      struct kvs_store_io_req *reqs, unsigned n,
-		      unsigned depth);
+	int (*start)(void *ctx, struct kvs_store_ring *ring,
+		     struct kvs_store_io_req *req);
+	int (*complete)(void *ctx, struct kvs_store_ring *ring, unsigned min);
 	void *ctx;
 };
 

@@ -12,29 +12,20 @@ import os
 import random
 import shutil
 import struct
-import subprocess
 import sys
 import tempfile
 
 
-class Failure(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
+# run(), check() and Failure come from the CLI helper's test driver.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "tools"))
+import cli_test  # noqa: E402
+from cli_test import Failure, check  # noqa: E402
 
 
 def run(kvstash, *args, expect=None):
-    p = subprocess.run([kvstash] + [str(a) for a in args],
-                       capture_output=True, text=True, timeout=120)
-    if expect is not None and p.returncode != expect:
-        raise Failure("kvstash %s: exit %d, expected %d\nstdout:\n%s\n"
-                      "stderr:\n%s" % (" ".join(map(str, args)),
-                                       p.returncode, expect, p.stdout,
-                                       p.stderr))
-    return p.returncode, p.stdout, p.stderr
+    cli_test.KVSTASH = kvstash
+    return cli_test.run(*args, expect=expect)
 
 
 def pack(kvstash, tmp, i, rng):

@@ -196,23 +196,34 @@ static inline int fault_sync(void *ctx, int fd)
 	return kvs_store_io_default()->fdatasync(NULL, fd);
 }
 
-static inline int fault_submit(void *ctx, struct kvs_store_ring *ring,
-			       struct kvs_store_io_req *reqs, unsigned n,
-			       unsigned depth)
+static inline int fault_fallocate(void *ctx, int fd, off_t len)
+{
+	struct test_faults *f = ctx;
+
+	if (f->fault == FAULT_FULL)
+		return -ENOSPC;
+	return kvs_store_io_default()->fallocate(NULL, fd, len);
+}
+
+/* Writes that a fault hits complete at once with the fault's result;
+ * everything else goes to the real engine. */
+static inline int fault_start(void *ctx, struct kvs_store_ring *ring,
+			      struct kvs_store_io_req *req)
 {
 	struct test_faults *f = ctx;
 	const struct kvs_store_io_ops *d = kvs_store_io_default();
 
-	for (unsigned i = 0; i < n; i++) {
-		if (reqs[i].op == KVS_STORE_IO_WRITE)
-			reqs[i].res = (int32_t)fault_write(f, reqs[i].fd,
-							   reqs[i].buf,
-							   reqs[i].len,
-							   (off_t)reqs[i].off);
-		else
-			d->submit(NULL, ring, &reqs[i], 1, 1);
+	if (req->op == KVS_STORE_IO_WRITE &&
+	    (f->fault == FAULT_FULL ||
+	     (f->fault != FAULT_SYNC_EIO && f->countdown == 0))) {
+		req->res = (int32_t)fault_write(f, req->fd, req->buf, req->len,
+						(off_t)req->off);
+		req->done = true;
+		return 0;
 	}
-	return 0;
+	if (req->op == KVS_STORE_IO_WRITE && f->fault != FAULT_SYNC_EIO)
+		fault_fire(f); /* counts the write down */
+	return d->start(NULL, ring, req);
 }
 
 static inline void fault_ops(struct kvs_store_io_ops *ops,
@@ -222,7 +233,8 @@ static inline void fault_ops(struct kvs_store_io_ops *ops,
 	ops->open = fault_open;
 	ops->pwrite = fault_pwrite;
 	ops->fdatasync = fault_sync;
-	ops->submit = fault_submit;
+	ops->fallocate = fault_fallocate;
+	ops->start = fault_start;
 	ops->ctx = f;
 }
 
