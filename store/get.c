@@ -60,10 +60,12 @@ static struct kvs_store_ref *ref_new(struct kvs_store *s, struct entry *pin,
 }
 
 struct nvme_read {
-	struct entry *e;
+	struct entry *e;        /* pinned until finished */
 	uint8_t *buf;
 	bool in_dram;
+	bool started, finished;
 	size_t i;
+	struct kvs_store_io_req req;
 };
 
 static void read_buf_free(struct kvs_store *s, struct nvme_read *r)
@@ -121,16 +123,39 @@ static int finish_read(struct kvs_store *s, struct nvme_read *r, int res,
 	return 0;
 }
 
-/* Gives each pending read a buffer, then reads them all together. */
+/* Records the outcome of one read (or of one that could not start). */
+static void read_done(struct kvs_store *s, struct nvme_read *r, int res,
+		      struct kvs_store_ref **refs, int *results)
+{
+	if (!r->started) {
+		read_buf_free(s, r);
+		r->e->pins--;
+		entry_maybe_free(s, r->e);
+	} else {
+		if (res)
+			kvs_log(KVS_LOG_ERR, "store: read segment %llu: %s",
+				(unsigned long long)(r->e->seg ?
+					r->e->seg->id : 0),
+				kvs_strerror(res));
+		res = finish_read(s, r, res, &refs[r->i]);
+	}
+	r->finished = true;
+	results[r->i] = res;
+	if (res) {
+		s->st.misses++;
+	} else {
+		s->st.hits++;
+		s->st.nvme_hits++;
+	}
+}
+
+/* Gives each pending read a buffer, then reads them with queue_depth in
+ * flight, checking each one as it lands while the others are read. */
 static int read_batch(struct kvs_store *s, struct nvme_read *rd, size_t n,
 		      struct kvs_store_ref **refs, int *results)
 {
-	struct kvs_store_io_req *req = calloc(n ? n : 1, sizeof(*req));
-	unsigned nreq = 0;
-	int err = 0;
+	size_t next = 0, left = n;
 
-	if (!req)
-		return -ENOMEM;
 	for (size_t k = 0; k < n; k++) {
 		uint64_t rec = record_size(rd[k].e->len);
 		int cls = s->dram_on ? dram_class(&s->dram, rec) : -1;
@@ -143,77 +168,59 @@ static int read_batch(struct kvs_store *s, struct nvme_read *rd, size_t n,
 	}
 	/* locations are read only now: making room may have moved records */
 	for (size_t k = 0; k < n; k++) {
-		struct entry *e = rd[k].e;
-
-		if (!rd[k].buf || !e->seg)
-			continue;
-		req[k] = (struct kvs_store_io_req){
-			.op = KVS_STORE_IO_READ, .fd = e->seg->fd,
-			.buf = rd[k].buf, .len = (uint32_t)record_size(e->len),
-			.off = e->off,
-			.buf_index = rd[k].in_dram ? buf_index_of(s, rd[k].buf)
-						   : -1,
-		};
-		nreq++;
-	}
-	if (nreq) {
-		/* compact the requests, keeping their order */
-		struct kvs_store_io_req *q = calloc(nreq, sizeof(*q));
-		size_t *map = calloc(nreq, sizeof(*map));
-		unsigned j = 0;
-
-		if (!q || !map) {
-			free(q);
-			free(map);
-			free(req);
-			return -ENOMEM;
-		}
-		for (size_t k = 0; k < n; k++)
-			if (req[k].op) {
-				map[j] = k;
-				q[j++] = req[k];
-			}
-		err = io_run(s, q, nreq, s->opts.queue_depth);
-		for (j = 0; j < nreq; j++) {
-			req[map[j]].res = err ? err : q[j].res;
-		}
-		free(q);
-		free(map);
-	}
-	for (size_t k = 0; k < n; k++) {
 		struct nvme_read *r = &rd[k];
-		int res;
+		struct entry *e = r->e;
 
-		if (!r->buf) {
-			res = -ENOMEM;
-		} else if (!req[k].op) {
-			res = -KVS_ENOTFOUND; /* dropped while making room */
-		} else {
-			res = req[k].res < 0 ? req[k].res :
-			      req[k].res != (int32_t)req[k].len ? -EIO : 0;
-			if (res && res != -KVS_ENOTFOUND)
-				kvs_log(KVS_LOG_ERR,
-					"store: read segment %llu: %s",
-					(unsigned long long)(r->e->seg ?
-						r->e->seg->id : 0),
-					kvs_strerror(res));
+		if (!r->buf || !e->seg) {
+			read_done(s, r, r->buf ? -KVS_ENOTFOUND : -ENOMEM,
+				  refs, results);
+			left--;
+			continue;
 		}
-		if (!r->buf || !req[k].op) {
-			read_buf_free(s, r);
-			r->e->pins--;
-			entry_maybe_free(s, r->e);
-		} else {
-			res = finish_read(s, r, res, &refs[r->i]);
+		r->req = (struct kvs_store_io_req){
+			.op = KVS_STORE_IO_READ, .fd = e->seg->fd,
+			.buf = r->buf, .len = (uint32_t)record_size(e->len),
+			.off = e->off,
+			.buf_index = r->in_dram ? buf_index_of(s, r->buf) : -1,
+		};
+	}
+	while (left) {
+		bool progress = false;
+
+		for (; next < n && s->inflight < s->opts.queue_depth; next++) {
+			struct nvme_read *r = &rd[next];
+			int err;
+
+			if (r->finished)
+				continue;
+			r->started = true;
+			err = s->io->start(s->io->ctx, s->ring, &r->req);
+			if (err) {
+				r->req.res = err;
+				r->req.done = true;
+			} else if (!r->req.done) {
+				s->inflight++;
+			}
 		}
-		results[r->i] = res;
-		if (res) {
-			s->st.misses++;
-		} else {
-			s->st.hits++;
-			s->st.nvme_hits++;
+		for (size_t k = 0; k < next; k++) {
+			struct nvme_read *r = &rd[k];
+			int res;
+
+			if (!r->started || r->finished || !r->req.done)
+				continue;
+			res = r->req.res < 0 ? r->req.res :
+			      r->req.res != (int32_t)r->req.len ? -EIO : 0;
+			read_done(s, r, res, refs, results);
+			left--;
+			progress = true;
+		}
+		if (!progress && left) {
+			int err = io_wait(s, 1);
+
+			if (err)
+				return err; /* the ring is broken */
 		}
 	}
-	free(req);
 	return 0;
 }
 
