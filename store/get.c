@@ -189,18 +189,11 @@ static int read_batch(struct kvs_store *s, struct nvme_read *rd, size_t n,
 
 		for (; next < n && s->inflight < s->opts.queue_depth; next++) {
 			struct nvme_read *r = &rd[next];
-			int err;
 
 			if (r->finished)
 				continue;
 			r->started = true;
-			err = s->io->start(s->io->ctx, s->ring, &r->req);
-			if (err) {
-				r->req.res = err;
-				r->req.done = true;
-			} else if (!r->req.done) {
-				s->inflight++;
-			}
+			io_start(s, &r->req);
 		}
 		for (size_t k = 0; k < next; k++) {
 			struct nvme_read *r = &rd[k];

@@ -252,15 +252,7 @@ int io_run(struct kvs_store *s, struct kvs_store_io_req *reqs, unsigned n,
 		reqs[i].done = false;
 	for (;;) {
 		while (next < n && s->inflight < depth) {
-			err = s->io->start(s->io->ctx, s->ring, &reqs[next]);
-			if (err == -EAGAIN && s->inflight > 0)
-				break;
-			if (err) {
-				reqs[next].res = err;
-				reqs[next].done = true;
-			} else if (!reqs[next].done) {
-				s->inflight++;
-			}
+			io_start(s, &reqs[next]);
 			next++;
 		}
 		while (first_open < n && reqs[first_open].done)
@@ -270,6 +262,18 @@ int io_run(struct kvs_store *s, struct kvs_store_io_req *reqs, unsigned n,
 		err = io_wait(s, 1);
 		if (err)
 			return err;
+	}
+}
+
+void io_start(struct kvs_store *s, struct kvs_store_io_req *req)
+{
+	int err = s->io->start(s->io->ctx, s->ring, req);
+
+	if (err) {
+		req->res = err;
+		req->done = true;
+	} else if (!req->done) {
+		s->inflight++;
 	}
 }
 

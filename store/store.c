@@ -468,13 +468,7 @@ static void start_write(struct kvs_store *s, struct pending *p, size_t k,
 		reap(s, p, k, results);
 	q->seg->pending++;
 	q->started = true;
-	err = s->io->start(s->io->ctx, s->ring, &q->req);
-	if (err) {
-		q->req.res = err;
-		q->req.done = true;
-	} else if (!q->req.done) {
-		s->inflight++;
-	}
+	io_start(s, &q->req);
 	reap(s, p, k + 1, results);
 }
 

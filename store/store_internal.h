@@ -134,6 +134,8 @@ struct kvs_store;
  * started); 0 once all are done (each with its own res) or -errno. */
 int io_run(struct kvs_store *s, struct kvs_store_io_req *reqs, unsigned n,
 	   unsigned depth);
+/* Starts @req; one that cannot start is done with the error. */
+void io_start(struct kvs_store *s, struct kvs_store_io_req *req);
 /* Waits for at least @min started requests to complete. */
 int io_wait(struct kvs_store *s, unsigned min);
 
