@@ -9,9 +9,11 @@
  * or a run of zero pages, a record never written).  Zeros to the end of
  * the file are the unused rest of a preallocated head, not a record.
  * Good records older than another record of their key are "superseded".
- * --repair rewrites each segment that has a bad record with its good
- * records only (new file, fsync, rename over, fsync of the directory); a
- * segment left with nothing is deleted.
+ * A damaged segment header is reported (check "segment header") and its
+ * records still walked.  --repair rewrites each segment that has a bad
+ * record or header with a fresh header and its good records only (new
+ * file, fsync, rename over, fsync of the directory); a segment left with
+ * nothing is deleted.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -124,6 +126,7 @@ static int rewrite(const struct kvs_store_io_ops *io, const char *dir,
 		   const char *path, uint64_t id, const uint8_t *buf,
 		   const struct kvs_fsck_record *v, size_t n)
 {
+	uint8_t header[SEG_HEADER_SIZE];
 	char tmp[4300];
 	uint64_t off = SEG_HEADER_SIZE;
 	size_t good = 0;
@@ -140,7 +143,8 @@ static int rewrite(const struct kvs_store_io_ops *io, const char *dir,
 	fd = io->open(io->ctx, tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	if (fd < 0)
 		return fd;
-	w = io->pwrite(io->ctx, fd, buf, SEG_HEADER_SIZE, 0);
+	seg_header_encode(id, header);
+	w = io->pwrite(io->ctx, fd, header, SEG_HEADER_SIZE, 0);
 	if (w != SEG_HEADER_SIZE)
 		err = w < 0 ? (int)w : -EIO;
 	for (size_t i = 0; !err && i < n; i++) {
@@ -221,8 +225,10 @@ static int check_segment(const struct kvs_store_io_ops *io, const char *dir,
 		goto out;
 	}
 	if (err) {
+		/* the records describe themselves: still walk them */
 		struct kvs_fsck_record r = {
-			.segment = id, .length = size,
+			.segment = id,
+			.length = size < SEG_HEADER_SIZE ? size : SEG_HEADER_SIZE,
 			.status = size < SEG_HEADER_SIZE ? KVS_FSCK_TORN :
 							   KVS_FSCK_CORRUPT,
 			.check = "segment header",
@@ -230,12 +236,11 @@ static int check_segment(const struct kvs_store_io_ops *io, const char *dir,
 
 		rep->bad_segments++;
 		err = add(vs, &r);
-		bad = true;
-	} else {
-		err = walk(id, buf, size, vs);
-		for (size_t i = first; i < vs->n; i++)
-			bad |= vs->v[i].status != KVS_FSCK_GOOD;
 	}
+	if (!err)
+		err = walk(id, buf, size, vs);
+	for (size_t i = first; i < vs->n; i++)
+		bad |= vs->v[i].status != KVS_FSCK_GOOD;
 	if (!err && bad && (flags & KVS_FSCK_REPAIR)) {
 		err = rewrite(io, dir, path, id, buf, vs->v + first,
 			      vs->n - first);

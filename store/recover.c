@@ -32,6 +32,7 @@ struct scan {
 	uint64_t off;
 	bool done;
 	bool damaged;   /* something was dropped */
+	bool bad_header;
 };
 
 /* Indexes the record at @off of @seg unless a newer one is known. */
@@ -252,9 +253,10 @@ static int verify_newest(struct kvs_store *s, struct segment *seg,
 }
 
 /* Opens segment @id and checks its header; adds it to the store.  A
- * segment with a bad header is kept empty (reclaimed in turn). */
+ * damaged header is counted but its records are still scanned (they
+ * describe themselves); *@bad_header says so. */
 static int open_segment(struct kvs_store *s, uint64_t id,
-			struct segment **out)
+			struct segment **out, bool *bad_header)
 {
 	char path[4096];
 	struct stat st;
@@ -283,24 +285,37 @@ static int open_segment(struct kvs_store *s, uint64_t id,
 	}
 	if (!err && hdr_id != id)
 		err = -KVS_ECORRUPT;
-	*out = seg_new(s, id, fd, err ? (uint64_t)st.st_size :
-			     (uint64_t)st.st_size / KVS_STORE_ALIGN *
+	*out = seg_new(s, id, fd, (uint64_t)st.st_size / KVS_STORE_ALIGN *
 			     KVS_STORE_ALIGN);
 	if (!*out) {
 		s->io->close(s->io->ctx, fd);
 		return -ENOMEM;
 	}
 	(*out)->sealed = true;
+	*bad_header = err != 0;
 	if (err) {
-		kvs_log(KVS_LOG_WARN, "store: segment %s unreadable (%s)",
+		kvs_log(KVS_LOG_WARN, "store: segment %s: bad header (%s)",
 			path, kvs_strerror(err));
-		if (err == -KVS_ETRUNC)
-			s->st.torn_dropped++;
-		else
+		if (err != -KVS_ETRUNC && !page_zero(s->scratch))
 			s->st.corrupt_dropped++;
-		*out = NULL;
 	}
 	return 0;
+}
+
+/* Deletes a segment whose header never made it and that holds nothing
+ * (a crash while creating it). */
+static void drop_empty(struct kvs_store *s, struct scan *sc)
+{
+	struct segment *seg = sc->seg;
+	char path[4096];
+
+	if (seg->live_count || sc->damaged)
+		return;
+	seg_path(s, seg->id, path, sizeof(path));
+	seg_free(s, seg);
+	sc->seg = NULL;
+	if (s->io->unlink(s->io->ctx, path) == 0)
+		kvs_log(KVS_LOG_INFO, "store: removed empty segment %s", path);
 }
 
 int recover(struct kvs_store *s)
@@ -322,18 +337,21 @@ int recover(struct kvs_store *s)
 	for (size_t i = 0; i < n; i++) {
 		struct segment *seg;
 
-		err = open_segment(s, ids[i], &seg);
+		err = open_segment(s, ids[i], &seg, &sc[nsc].bad_header);
 		if (err)
 			goto out;
-		if (!seg)
-			continue;
-		newest = seg;
 		sc[nsc].seg = seg;
 		sc[nsc].off = SEG_HEADER_SIZE;
 		sc[nsc].done = seg->size <= SEG_HEADER_SIZE;
 		nsc++;
 	}
 	err = scan_all(s, sc, nsc);
+	for (size_t i = 0; !err && i < nsc; i++) {
+		if (sc[i].bad_header)
+			drop_empty(s, &sc[i]);
+		else
+			newest = sc[i].seg;
+	}
 	if (!err && newest) {
 		size_t dropped = 0;
 
@@ -341,6 +359,7 @@ int recover(struct kvs_store *s)
 		/* a newest segment found whole takes new records again, so
 		 * short-lived processes do not leave a segment each */
 		if (!err && !dropped && !sc[nsc - 1].damaged &&
+		    sc[nsc - 1].seg == newest &&
 		    newest->size < s->opts.segment_size &&
 		    seg_grow(s, newest->fd) == 0)
 			newest->sealed = false;

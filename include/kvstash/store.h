@@ -4,7 +4,7 @@
  *
  * A process opens a store directory directly (like SQLite); the daemon of a
  * later issue puts the same engine behind the network.  Layout of a store
- * directory, details in docs/STORE.md:
+ * directory, details in store/README.md:
  *   KVSTASH          superblock: magic + store format version (published by
  *                    write -> fsync -> rename -> fsync of the directory)
  *   LOCK             flock()ed by the process that has the store open

@@ -128,11 +128,13 @@ static void test_flipped_byte(void **state)
 	test_opts(&o, 1 << 20, 16 << 20, 1 << 20);
 	for (int round = 0; round < 24; round++) {
 		/* a byte inside a record's header or object (not padding);
-		 * the last record is spared: losing it reads as torn */
-		size_t pos;
+		 * the last record is spared: losing it reads as torn.  The
+		 * first rounds hit the segment header: every record stays. */
+		bool in_header = round < 3;
+		size_t pos = test_rand(&rng) % 32;
 		int misses = 0;
 
-		for (;;) {
+		while (!in_header) {
 			pos = 4096 + test_rand(&rng) % (len - 4096);
 			size_t rec_off = pos / 4096 * 4096;
 			uint64_t rec_len;
@@ -155,14 +157,14 @@ static void test_flipped_byte(void **state)
 
 		assert_int_equal(kvs_store_fsck(dir, 0, NULL, tally, &t, &rep),
 				 0);
-		assert_int_equal(t.good, NB - 1);
+		assert_int_equal(t.good, NB - !in_header);
 		assert_int_equal(t.corrupt + t.torn, 1);
 
 		assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 		for (int i = 0; i < NB; i++)
 			misses += check_get(s, &blocks[i]) != 0;
 		kvs_store_stats_get(s, &st);
-		assert_int_equal(misses, 1);
+		assert_int_equal(misses, !in_header);
 		assert_true(st.corrupt_dropped + st.torn_dropped >= 1);
 		kvs_store_close(s);
 	}
