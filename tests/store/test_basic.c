@@ -34,6 +34,15 @@ static void free_blocks(struct blk *b, size_t n)
 		free(b[i].obj);
 }
 
+/* Puts b[from..to) with @dur, each must succeed. */
+static void put_range(struct kvs_store *s, const struct blk *b, int from,
+		      int to, enum kvs_durability dur)
+{
+	for (int i = from; i < to; i++)
+		assert_int_equal(kvs_store_put(s, b[i].obj, b[i].len, dur,
+					       NULL), 0);
+}
+
 /* 0 if @b reads back byte-identical, else the get's error. */
 static int get_same(struct kvs_store *s, const struct blk *b)
 {
@@ -81,9 +90,7 @@ static void test_roundtrip_tiers(void **state)
 	test_opts(&o, 4 << 20, 0, 0);
 	o.write_through = false;
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
-	for (int i = 0; i < 60; i++)
-		assert_int_equal(kvs_store_put(s, b[i].obj, b[i].len,
-					       KVS_DURABILITY_MEMORY, NULL), 0);
+	put_range(s, b, 0, 60, KVS_DURABILITY_MEMORY);
 	for (int i = 0; i < 60; i++)
 		assert_int_equal(get_same(s, &b[i]), 0);
 	kvs_store_stats_get(s, &st);
@@ -127,9 +134,7 @@ static void test_roundtrip_tiers(void **state)
 	o.write_through = false;
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 	for (int round = 0; round < 2; round++)
-		for (int i = 0; i < 60; i++)
-			assert_int_equal(kvs_store_put(s, b[i].obj, b[i].len,
-					KVS_DURABILITY_MEMORY, NULL), 0);
+		put_range(s, b, 0, 60, KVS_DURABILITY_MEMORY);
 	for (int i = 0; i < 60; i++)
 		assert_int_equal(get_same(s, &b[i]), 0);
 	kvs_store_stats_get(s, &st);
@@ -241,14 +246,10 @@ static void test_scan_resistance(void **state)
 	o.write_through = false;
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 	slots = (1 << 20) / 4096;
-	for (int i = 0; i < HOT; i++)
-		assert_int_equal(kvs_store_put(s, b[i].obj, b[i].len,
-					       KVS_DURABILITY_MEMORY, NULL), 0);
+	put_range(s, b, 0, HOT, KVS_DURABILITY_MEMORY);
 	for (int i = 0; i < HOT; i++)
 		assert_int_equal(get_same(s, &b[i]), 0);
-	for (int i = HOT; i < HOT + SCAN; i++)
-		assert_int_equal(kvs_store_put(s, b[i].obj, b[i].len,
-					       KVS_DURABILITY_MEMORY, NULL), 0);
+	put_range(s, b, HOT, HOT + SCAN, KVS_DURABILITY_MEMORY);
 	kvs_store_stats_get(s, &st);
 	assert_true(st.evictions >= (uint64_t)(SCAN - slots));
 	for (int i = 0; i < HOT; i++)
@@ -277,12 +278,9 @@ static void test_nvme_scan_resistance(void **state)
 	/* 4 segments of 256 KiB: about 250 records of 4 KiB */
 	test_opts(&o, 0, 1 << 20, 256 << 10);
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
-	for (int i = 0; i < HOT; i++)
-		assert_int_equal(kvs_store_put(s, b[i].obj, b[i].len,
-					       KVS_DURABILITY_WRITTEN, NULL), 0);
+	put_range(s, b, 0, HOT, KVS_DURABILITY_WRITTEN);
 	for (int i = HOT; i < HOT + SCAN; i++) {
-		assert_int_equal(kvs_store_put(s, b[i].obj, b[i].len,
-					       KVS_DURABILITY_WRITTEN, NULL), 0);
+		put_range(s, b, i, i + 1, KVS_DURABILITY_WRITTEN);
 		if (i % 100 == 0)
 			for (int h = 0; h < HOT; h++)
 				assert_int_equal(get_same(s, &b[h]), 0);
@@ -319,16 +317,12 @@ static void test_pinning(void **state)
 	assert_int_equal(kvs_store_put(s, b[0].obj, b[0].len,
 				       KVS_DURABILITY_MEMORY, NULL), 0);
 	assert_int_equal(kvs_store_get(s, &b[0].key, &ref2), 0);
-	for (int i = 1; i < N; i++)
-		assert_int_equal(kvs_store_put(s, b[i].obj, b[i].len,
-					       KVS_DURABILITY_MEMORY, NULL), 0);
+	put_range(s, b, 1, N, KVS_DURABILITY_MEMORY);
 	assert_memory_equal(kvs_store_ref_data(ref), b[0].obj, b[0].len);
 	assert_memory_equal(kvs_store_ref_data(ref2), b[0].obj, b[0].len);
 	kvs_store_ref_release(ref);
 	kvs_store_ref_release(ref2);
-	for (int i = 1; i < N; i++)
-		assert_int_equal(kvs_store_put(s, b[i].obj, b[i].len,
-					       KVS_DURABILITY_MEMORY, NULL), 0);
+	put_range(s, b, 1, N, KVS_DURABILITY_MEMORY);
 	kvs_store_close(s);
 	free_blocks(b, N);
 	free(b);
