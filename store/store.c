@@ -244,14 +244,48 @@ fail:
 	return err;
 }
 
-static void spill_cb(void *arg, struct entry *e)
-{
-	struct kvs_store *s = arg;
+struct dirty_set {
+	struct entry **v;
+	size_t n, cap;
+};
 
-	if (e->slot && !e->seg &&
-	    nvme_write_image(s, e, e->slot, buf_index_of(s, e->slot),
-			     KVS_DURABILITY_WRITTEN) == 0)
-		s->st.spills++;
+/* Collects (and pins) the DRAM-only objects: spilling one may reclaim
+ * segments and free other entries, so the index is not walked while
+ * spilling. */
+static void dirty_cb(void *arg, struct entry *e)
+{
+	struct dirty_set *d = arg;
+
+	if (!e->slot || e->seg)
+		return;
+	if (d->n == d->cap) {
+		size_t cap = d->cap ? d->cap * 2 : 256;
+		struct entry **v = realloc(d->v, cap * sizeof(*v));
+
+		if (!v)
+			return; /* that object is lost with the process */
+		d->v = v;
+		d->cap = cap;
+	}
+	e->pins++;
+	d->v[d->n++] = e;
+}
+
+static void spill_all(struct kvs_store *s)
+{
+	struct dirty_set d = { 0 };
+
+	index_each(&s->index, dirty_cb, &d);
+	for (size_t i = 0; i < d.n; i++) {
+		struct entry *e = d.v[i];
+
+		if (e->slot && !e->seg &&
+		    nvme_write_image(s, e, e->slot, buf_index_of(s, e->slot),
+				     KVS_DURABILITY_WRITTEN) == 0)
+			s->st.spills++;
+		e->pins--;
+	}
+	free(d.v);
 }
 
 void kvs_store_close(struct kvs_store *store)
@@ -260,7 +294,7 @@ void kvs_store_close(struct kvs_store *store)
 		return;
 	pthread_mutex_lock(&store->lock);
 	if (store->nvme_on) {
-		index_each(&store->index, spill_cb, store);
+		spill_all(store);
 		nvme_sync_dirty(store);
 		if (!list_empty(&store->segments)) {
 			struct segment *head = list_entry(store->segments.next,
