@@ -4,6 +4,7 @@
  * capacity under churn, S3-FIFO scan resistance (beside an LRU model that
  * fails the same trace), pinning, longest-prefix lookup, version refusal.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -329,6 +330,74 @@ static void test_pinning(void **state)
 	test_rmdir(dir);
 }
 
+struct worker {
+	struct kvs_store *s;
+	struct blk *b;
+	int n, first;
+	int bad;
+};
+
+static void *worker_run(void *arg)
+{
+	struct worker *w = arg;
+
+	for (int round = 0; round < 20; round++) {
+		for (int i = 0; i < w->n; i++) {
+			struct blk *x = &w->b[(w->first + i * 7 + round) % w->n];
+			struct kvs_store_ref *ref;
+			int err;
+
+			if ((i + round) % 3 == 0) {
+				w->bad += kvs_store_put(w->s, x->obj, x->len,
+					KVS_DURABILITY_WRITTEN, NULL) != 0;
+				continue;
+			}
+			err = kvs_store_get(w->s, &x->key, &ref);
+			if (err) {
+				w->bad += err != -KVS_ENOTFOUND;
+				continue;
+			}
+			w->bad += kvs_store_ref_len(ref) != x->len ||
+				  memcmp(kvs_store_ref_data(ref), x->obj,
+					 x->len) != 0;
+			kvs_store_ref_release(ref);
+		}
+	}
+	return NULL;
+}
+
+/* Two threads putting and getting the same keys through one store, with
+ * DRAM and NVMe small enough that eviction, spills and segment
+ * reclaiming run all the time: every hit byte-identical. */
+static void test_threads(void **state)
+{
+	enum { N = 150 };
+	struct kvs_store_opts o;
+	struct kvs_store *s;
+	struct blk *b = calloc(N, sizeof(*b));
+	struct worker w[2];
+	pthread_t t[2];
+	char *dir = test_mkdir();
+
+	make_blocks(b, N, 40000, 4);
+	test_opts(&o, 128 << 10, 1 << 20, 256 << 10);
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	for (int i = 0; i < 2; i++) {
+		w[i] = (struct worker){ .s = s, .b = b, .n = N,
+					.first = i * 31 };
+		assert_int_equal(pthread_create(&t[i], NULL, worker_run,
+						&w[i]), 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		pthread_join(t[i], NULL);
+		assert_int_equal(w[i].bad, 0);
+	}
+	kvs_store_close(s);
+	free_blocks(b, N);
+	free(b);
+	test_rmdir(dir);
+}
+
 static void test_lookup_prefix(void **state)
 {
 	struct kvs_store_opts o;
@@ -446,6 +515,7 @@ int main(void)
 		cmocka_unit_test(test_scan_resistance),
 		cmocka_unit_test(test_nvme_scan_resistance),
 		cmocka_unit_test(test_pinning),
+		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_lookup_prefix),
 		cmocka_unit_test(test_version_refused),
 		cmocka_unit_test(test_bad_object_refused),
