@@ -26,20 +26,6 @@ static void ghost_push(struct kvs_store *s, struct entry *e)
 	s->nghost_d++;
 }
 
-void entry_maybe_free(struct kvs_store *s, struct entry *e)
-{
-	if (e->pins)
-		return;
-	if (e->in_index &&
-	    (e->slot || e->seg || e->dq == DQ_GHOST || e->nghost))
-		return;
-	if (e->in_index)
-		index_remove(&s->index, e);
-	if (e->slot)
-		dram_free(&s->dram, e->slot, e->cls);
-	free(e);
-}
-
 void ghost_trim(struct kvs_store *s)
 {
 	uint64_t limit = s->nmain > 256 ? s->nmain : 256;
@@ -99,6 +85,33 @@ static void dram_unlink(struct kvs_store *s, struct entry *e)
 	e->dq = DQ_NONE;
 	s->dram_objects--;
 	s->dram_obj_bytes -= e->len;
+}
+
+void entry_maybe_free(struct kvs_store *s, struct entry *e)
+{
+	if (e->pins)
+		return;
+	if (e->in_index &&
+	    (e->slot || e->seg || e->dq == DQ_GHOST || e->nghost))
+		return;
+	if (e->in_index)
+		index_remove(&s->index, e);
+	/* a zombie (replaced while pinned) may still be on lists */
+	if (e->dq == DQ_GHOST) {
+		list_del(&e->dlink);
+		s->nghost_d--;
+		e->dq = DQ_NONE;
+	}
+	if (e->slot) {
+		dram_unlink(s, e);
+		dram_free(&s->dram, e->slot, e->cls);
+	}
+	if (e->nghost) {
+		list_del(&e->nlink);
+		s->nghost_n--;
+	}
+	nvme_detach(s, e);
+	free(e);
 }
 
 void dram_drop(struct kvs_store *s, struct entry *e)

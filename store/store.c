@@ -365,12 +365,15 @@ static int stage_one(struct kvs_store *s, const uint8_t *obj, size_t len,
 {
 	struct kvs_store_key key;
 	struct entry *e;
-	uint64_t rec = record_size(len);
+	uint64_t rec = record_size(len), psum;
 	uint8_t *image = NULL;
 	int cls, err;
 
-	if (len < KVS_HEADER_SIZE || len > STORE_MAX_OBJECT)
-		return -KVS_ETRUNC;
+	if (len > STORE_MAX_OBJECT) {
+		kvs_log(KVS_LOG_ERR, "store: object of %zu bytes over %u",
+			len, STORE_MAX_OBJECT);
+		return -EFBIG;
+	}
 	err = kvs_object_verify(obj, len, 0);
 	if (err) {
 		kvs_log(KVS_LOG_ERR, "store: put refused: %s check failed",
@@ -400,14 +403,16 @@ static int stage_one(struct kvs_store *s, const uint8_t *obj, size_t len,
 	}
 	memcpy(image + REC_HEADER_SIZE, obj, len);
 	memset(image + REC_HEADER_SIZE + len, 0, rec - REC_HEADER_SIZE - len);
-	if (e->seg && e->len != len)
-		nvme_detach(s, e); /* old record no longer describes it */
+	psum = payload_checksum(obj, len);
+	/* an NVMe record of other bytes no longer describes the key (one
+	 * of the same bytes still does: the DRAM copy stays clean) */
+	if (e->seg && (e->len != len || e->psum != psum))
+		nvme_detach(s, e);
 	e->len = (uint32_t)len;
-	e->psum = payload_checksum(obj, len);
+	e->psum = psum;
 	if (!p->owned) {
 		e->slot = image;
 		e->cls = cls;
-		nvme_detach(s, e); /* the DRAM copy is newer than the log */
 		dram_insert(s, e);
 	}
 	if (!need_write) {
