@@ -239,9 +239,9 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 			for (int u = 0; u < 4; u++) {
 				int i = base + u * blockDim.x + tid;
 
-				if (i < items) {
-					int t = i / per_tok, d = i % per_tok * 8;
+				int t = i / per_tok, d = i % per_tok * 8;
 
+				if (i < items) {
 					key8(p, sq, b, h, c0 + t, d, kx[u]);
 					val8(p, sq, b, h, c0 + t, d, vx[u]);
 				}
@@ -250,12 +250,15 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 			for (int u = 0; u < 4; u++) {
 				int i = base + u * blockDim.x + tid;
 
+				int t = i / per_tok, d = i % per_tok * 8;
+				float *kr = kt + t * pitch + d;
+				float *vr = vt + t * pitch + d;
+
 				if (i < items) {
-					int t = i / per_tok, d = i % per_tok * 8;
 #pragma unroll
 					for (int k = 0; k < 8; k++) {
-						kt[t * pitch + d + k] = kx[u][k];
-						vt[t * pitch + d + k] = vx[u][k];
+						kr[k] = kx[u][k];
+						vr[k] = vx[u][k];
 					}
 				}
 			}
@@ -266,10 +269,12 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 			float s = -INFINITY;
 
 			if (t < n && j < nh) {
+				const float *qr = qs + j * D;
+				const float *kr = kt + t * pitch;
+
 				s = 0.0f;
 				for (int d = 0; d < D; d++)
-					s = fmaf(qs[j * D + d], kt[t * pitch + d],
-						 s);
+					s = fmaf(qr[d], kr[d], s);
 			}
 			ss[j * TILE + t] = s;
 		}
@@ -295,8 +300,10 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 			int j = e / D, d = e % D;
 			float a = acc[e] * as[j];
 
+			const float *pr = ss + j * TILE, *vc = vt + d;
+
 			for (int t = 0; t < n; t++)
-				a = fmaf(ss[j * TILE + t], vt[t * pitch + d], a);
+				a = fmaf(pr[t], vc[t * pitch], a);
 			acc[e] = a;
 		}
 	}
@@ -441,8 +448,8 @@ static __device__ void issue_tile(const attn_params &p, int h, int tile,
 
 struct fast_state {
 	float acc[16][4];       /* value MMA accumulators */
-	float acc_o[2];         /* sum p * origin for rows (j,grp0), (j,grp0+2) */
-	float m, l;             /* running max and (lane-partial) sum, head ti */
+	float acc_o[2];         /* sum p*origin, rows (j,grp0), (j,grp0+2) */
+	float m, l;             /* running max, lane-partial sum; head ti */
 };
 
 /* One 32-token tile from a stage: logits, online softmax, value update. */
@@ -487,7 +494,8 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 			int q = 2 * s + r, cl = 16 * (q >> 3) + (q & 7);
 			int ch = cl + 8;
 			float xl = qreg[cl] * stp[cl], xh = qreg[ch] * stp[ch];
-			uint32_t bl = __float_as_uint(xl), bh = __float_as_uint(xh);
+			uint32_t bl = __float_as_uint(xl);
+			uint32_t bh = __float_as_uint(xh);
 			uint32_t hi = __byte_perm(bl, bh, 0x7632);
 			uint32_t lo = pack_bf16(
 				xl - __uint_as_float(bl & 0xffff0000u),
@@ -533,7 +541,8 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 	}
 
 	/* online softmax for head ti over the warp's tokens */
-	float tmax = fmaxf(fmaxf(logit[0], logit[1]), fmaxf(logit[2], logit[3]));
+	float tmax = fmaxf(fmaxf(logit[0], logit[1]),
+			   fmaxf(logit[2], logit[3]));
 	tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 4));
 	tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 8));
 	tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 16));
@@ -872,7 +881,7 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 		double best_cost = 1e30;
 
 		for (int n = 1; n <= cap && n <= 4 * slots; n++) {
-			double waves = (double)((units * n + slots - 1) / slots);
+			double waves = (units * n + slots - 1) / slots;
 			double cost = waves * ((double)max_tiles / n + 8.0);
 
 			if (cost < best_cost - 1e-9) {
@@ -956,7 +965,8 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 				cudaFuncAttributeMaxDynamicSharedMemorySize,
 				(int)smem));
 		if (!rc)
-			attn_kernel<true><<<grid, WARPS * 32, smem, stream>>>(p);
+			attn_kernel<true><<<grid, WARPS * 32, smem,
+					    stream>>>(p);
 	} else {
 		if (smem > 48 * 1024)
 			rc = KVS_CUDA_CHECK(cudaFuncSetAttribute(

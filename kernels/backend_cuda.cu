@@ -97,14 +97,15 @@ static int upload_pages(const struct kvs_view *const *views, uint32_t count,
 		const struct kvs_view *v = views[i];
 
 		if (memcmp(&v->hdr.shape, shape, sizeof(*shape))) {
-			kvs_log(KVS_LOG_ERR, "cuda backend: blocks differ in shape");
+			kvs_log(KVS_LOG_ERR,
+				"cuda backend: blocks differ in shape");
 			rc = -KVS_EPARAM;
 			break;
 		}
 		for (int s = 0; s < KVS_BLOCK_SECTIONS && !rc; s++)
-			rc = KVS_CUDA_CHECK(cudaMemcpy(d + i * st + lay.offset[s],
-				v->section[s], lay.length[s],
-				cudaMemcpyHostToDevice));
+			rc = KVS_CUDA_CHECK(cudaMemcpy(
+				d + i * st + lay.offset[s], v->section[s],
+				lay.length[s], cudaMemcpyHostToDevice));
 	}
 	if (rc) {
 		cudaFree(d);
@@ -240,7 +241,8 @@ static int cuda_attend(const struct kvs_attn *a)
 	if (!rc)
 		rc = upload((void **)&u.seq, &seq, sizeof(seq));
 	if (!rc)
-		rc = upload((void **)&u.q, a->q, sizeof(float) * a->q_heads * D);
+		rc = upload((void **)&u.q, a->q,
+			    sizeof(float) * a->q_heads * D);
 	if (!rc)
 		rc = upload((void **)&u.k, a->k_resid, sizeof(float) *
 			    a->kv_heads * a->k_resid_stride * D);
@@ -248,7 +250,8 @@ static int cuda_attend(const struct kvs_attn *a)
 		rc = upload((void **)&u.v, a->v_resid, sizeof(float) *
 			    a->kv_heads * a->v_resid_stride * D);
 	if (!rc)
-		rc = upload((void **)&u.out, NULL, sizeof(float) * a->q_heads * D);
+		rc = upload((void **)&u.out, NULL,
+			    sizeof(float) * a->q_heads * D);
 	if (rc)
 		goto free_table;
 	c.batch = 1;

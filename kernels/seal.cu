@@ -37,7 +37,8 @@ static __device__ int load_tile(const seal_params &p, const void *src,
 	int bad = 0;
 	size_t esz = p.in_dtype == KVS_DTYPE_F32 ? 4 : 2;
 	const uint8_t *base = (const uint8_t *)src +
-		((int64_t)t0 * p.token_stride + (int64_t)h * p.head_stride) * esz;
+		((int64_t)t0 * p.token_stride +
+		 (int64_t)h * p.head_stride) * esz;
 	bool vec = esz == 2 && (D % 8) == 0 && (p.token_stride % 8) == 0 &&
 		   ((uintptr_t)base % 16) == 0;
 
@@ -170,7 +171,8 @@ __global__ void seal_kernel(const seal_params p)
 	uint8_t *vo = img + p.lay.off[KVS_SEC_VAL_ORIGIN];
 	uint8_t *vs = img + p.lay.off[KVS_SEC_VAL_STEP];
 	for (int i = threadIdx.x; i < G * ngrp; i += blockDim.x) {
-		/* token fastest across lanes: rows of D+1 floats, no conflicts */
+		/* token fastest across lanes: rows of D+1 floats, no
+		 * bank conflicts */
 		int t = i % G, j = i / G;
 		const float *row = vtile + t * pitch + j * G;
 		float lo = row[0], hi = lo;
@@ -251,7 +253,8 @@ int kvs_cuda_status_check(uint32_t *status, void *stream)
 				cudaMemcpyDeviceToHost, (cudaStream_t)stream));
 
 	if (!rc)
-		rc = KVS_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
+		rc = KVS_CUDA_CHECK(cudaStreamSynchronize(
+					    (cudaStream_t)stream));
 	if (rc)
 		return rc;
 	if (!flags)

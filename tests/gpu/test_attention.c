@@ -172,7 +172,8 @@ static void run_case(const struct attn_case *c)
 				kvs_store(c->dtype, kd, dev + r, kx);
 				/* the device FIFO starts at v_resid_start */
 				s->v_resid[at] = vx;
-				size_t vr = r + (size_t)s->len.v_resid_start * D;
+				size_t vr = r +
+					    (size_t)s->len.v_resid_start * D;
 				if (vr < (size_t)stride * D)
 					kvs_store(c->dtype, vd, dev + vr, vx);
 			}
@@ -262,7 +263,8 @@ static void run_case(const struct attn_case *c)
 		if (e > worst)
 			worst = e;
 		if (!(e <= TOL))
-			fail_msg("%s: sequence %u (T=%u kq=%u kr=%u vq=%u vr=%u)"
+			fail_msg("%s: sequence %u (T=%u kq=%u kr=%u vq=%u "
+				 "vr=%u)"
 				 " relative error %g", c->name, b, s->tokens,
 				 s->len.k_quant_len, s->len.k_resid_len,
 				 s->len.v_quant_len, s->len.v_resid_len, e);

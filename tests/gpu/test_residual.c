@@ -101,7 +101,8 @@ static void test_decode_loop(void **state)
 			}
 			for (int i = 0; i < H * D; i++) {
 				k[b][i] = kvs_round_to(KVS_DTYPE_F16,
-					gpu_normal(&rng) * (i % 9 == 4 ? 6 : 1));
+					gpu_normal(&rng) *
+					(i % 9 == 4 ? 6 : 1));
 				v[b][i] = kvs_round_to(KVS_DTYPE_F16,
 						       gpu_normal(&rng));
 				kh[b * H * D + i] = kvs_f32_to_f16(k[b][i]);
@@ -121,8 +122,8 @@ static void test_decode_loop(void **state)
 			}
 			gpu_put(d_ids, ids, sizeof(ids));
 			gpu_put(d_pages, pages, sizeof(pages));
-			assert_int_equal(kvs_cuda_resid_seal(&st, d_ids, d_pages,
-				B, pool, pstride, NULL), 0);
+			assert_int_equal(kvs_cuda_resid_seal(&st, d_ids,
+				d_pages, B, pool, pstride, NULL), 0);
 		}
 		assert_int_equal(kvs_cuda_resid_pop(&st), 0);
 		gpu_get(out, a.out, sizeof(out));
@@ -134,8 +135,8 @@ static void test_decode_loop(void **state)
 			if (e > worst)
 				worst = e;
 			if (!(e <= 1e-3))
-				fail_msg("step %u sequence %d: relative error %g",
-					 step, b, e);
+				fail_msg("step %u sequence %d: relative "
+					 "error %g", step, b, e);
 		}
 	}
 	printf("decode loop: %d steps, worst relative error %.3g\n", STEPS,
@@ -148,7 +149,8 @@ static void test_decode_loop(void **state)
 	for (int b = 0; b < B; b++) {
 		assert_int_equal(kvs_stream_block_count(cpu[b]), STEPS / R);
 		for (uint32_t i = 0; i < STEPS / R; i++) {
-			const struct kvs_view *view = kvs_stream_block(cpu[b], i);
+			const struct kvs_view *view =
+				kvs_stream_block(cpu[b], i);
 
 			gpu_get(page, pool + (size_t)table[b * max_pages + i] *
 				pstride, pstride);

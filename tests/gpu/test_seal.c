@@ -45,7 +45,7 @@ static void *make_input(const struct seal_case *c, int key)
 		if (key && d == 9 && (tok / s->group) % 3 == 1)
 			x = (gpu_rng_next(&rng) & 1) ? 5.9604645e-8f : 0.0f;
 		if (!key && tok % 7 == 3 && d < s->group)
-			x = -1.25f;                    /* constant Value group */
+			x = -1.25f;             /* constant Value group */
 		if (!key && tok % 11 == 5 && d >= s->group &&
 		    d < 2u * s->group)
 			x = (gpu_rng_next(&rng) & 1) ? 1e-30f : 0.0f;
