@@ -167,7 +167,7 @@ def seal_pages(lib, keys, values, pool, first_page, page_stride, status):
         sys.exit("seal failed: %d" % rc)
 
 
-def bench_shape(lib, B, T, bw, runs, page_stride):
+def bench_shape(lib, B, T, bw, runs, page_stride, flags):
     torch.manual_seed(B * 1000003 + T)
     P = T // R
     kr, vr = 64, R + 1                  # a kivi step: both residuals live
@@ -231,6 +231,7 @@ def bench_shape(lib, B, T, bw, runs, page_stride):
         a.k_resid_stride = a.v_resid_stride = rstride
         a.out = out.data_ptr()
         a.stream = stream_ptr()
+        a.flags = flags
         args.append(a)
     ws_size = lib.kvs_cuda_attn_workspace(C.byref(args[0]))
     ws = torch.empty(max(ws_size, 16), dtype=torch.uint8, device="cuda")
@@ -324,6 +325,9 @@ def main():
     ap.add_argument("--lib", default="build-gpu/kernels/libkvstash_cuda.so")
     ap.add_argument("--shapes", default="1x32768,8x32768,8x131072,32x8192")
     ap.add_argument("--runs", type=int, default=100)
+    ap.add_argument("--flags", type=int, default=0,
+                    help="kvs_cuda_attn flags (2: 3-CTA/SM build)")
+    ap.add_argument("--no-seal", action="store_true")
     ap.add_argument("--json")
     opt = ap.parse_args()
     lib = load(opt.lib)
@@ -339,7 +343,7 @@ def main():
     results = []
     for spec in opt.shapes.split(","):
         B, T = (int(x) for x in spec.split("x"))
-        r = bench_shape(lib, B, T, bw, opt.runs, page_stride)
+        r = bench_shape(lib, B, T, bw, opt.runs, page_stride, opt.flags)
         results.append(r)
         print("B=%-3d T=%-7d kvstash %8.1f us  sdpa %8.1f us  x%.2f  "
               "bytes %6.1f MB vs %7.1f MB  bw %3.0f%% vs %3.0f%%  "
@@ -349,11 +353,13 @@ def main():
                  100 * r["kvstash_bw_share"], 100 * r["sdpa_bw_share"],
                  r["kvstash_eager_us"], r["sdpa_eager_us"],
                  r["speedup_eager"]), flush=True)
-    seal = bench_seal(lib, bw, opt.runs, page_stride)
-    print("seal %d tokens x %d heads: %.1f us, %.1f MB, %.0f GB/s, "
-          "%.0f%% of copy" % (seal["tokens"], HKV, seal["seal_us"],
-                              seal["bytes"] / 1e6, seal["GBps"],
-                              100 * seal["bw_share"]))
+    seal = None if opt.no_seal else bench_seal(lib, bw, opt.runs,
+                                                page_stride)
+    if seal:
+        print("seal %d tokens x %d heads: %.1f us, %.1f MB, %.0f GB/s, "
+              "%.0f%% of copy" % (seal["tokens"], HKV, seal["seal_us"],
+                                  seal["bytes"] / 1e6, seal["GBps"],
+                                  100 * seal["bw_share"]))
     print("%-12s %10s %10s %7s %9s" % ("shape", "kvstash_us", "sdpa_us",
                                        "ratio", "bw_share"))
     for r in results:

@@ -454,7 +454,7 @@ struct fast_state {
 
 /* One 32-token tile from a stage: logits, online softmax, value update. */
 static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
-						 const float qreg[32],
+						 const float *qreg,
 						 float *p_s, float *alpha_s,
 						 fast_state &st, int lane)
 {
@@ -635,24 +635,25 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 	uint8_t *wsm = smem + warp * WARP_SMEM;
 	float *p_s = reinterpret_cast<float *>(wsm + STAGES * TILE_BYTES);
 	float *alpha_s = p_s + TILE * HPC;
-	/* this CTA's page indices, staged once: no pointer chase per tile */
-	int32_t *pages = reinterpret_cast<int32_t *>(smem + WARPS * WARP_SMEM);
+	/* the scaled query rows [head][ti][36] (padded against bank
+	 * conflicts), then this CTA's page indices, staged once: no pointer
+	 * chase per tile */
+	float *q_s = reinterpret_cast<float *>(smem + WARPS * WARP_SMEM);
+	int32_t *pages = reinterpret_cast<int32_t *>(q_s + HPC * 4 * 36);
 	const int page0 = tb * TILE / p.S;
 	const int npages = te > tb ? (te - 1) * TILE / p.S - page0 + 1 : 0;
 	for (int i = tid; i < npages; i += blockDim.x)
 		pages[i] = p.page_table[(size_t)b * p.max_pages + page0 + i];
-	float qreg[32];
+	for (int e = tid; e < HPC * FAST_D; e += blockDim.x) {
+		int jb = e / FAST_D, d = e % FAST_D;
+
+		q_s[(jb * 4 + d / 32) * 36 + d % 32] = jb < nh ?
+			ld_elem(p.qdt, p.q, (size_t)(b * p.Hq + hq0) * FAST_D +
+				e) * p.scale_log2 : 0.0f;
+	}
+	const float *qreg = q_s + ((gi >> 1) * 4 + ti) * 36;
 	fast_state st;
 
-	{
-		const int jb = gi >> 1;
-		const size_t qo = (size_t)(b * p.Hq + hq0 + jb) * FAST_D +
-				  32 * ti;
-#pragma unroll
-		for (int c = 0; c < 32; c++)
-			qreg[c] = jb < nh ? ld_elem(p.qdt, p.q, qo + c) *
-					    p.scale_log2 : 0.0f;
-	}
 #pragma unroll
 	for (int nt = 0; nt < 16; nt++)
 #pragma unroll
@@ -747,8 +748,8 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
  * 1-D grid: units (sequence, KV head, query-head group) x splits, the short
  * generic CTAs first so that the long fast ones are not left for the tail.
  */
-template <bool FAST>
-__global__ void __launch_bounds__(WARPS * 32)
+template <bool FAST, int MIN_CTAS>
+__global__ void __launch_bounds__(WARPS * 32, MIN_CTAS)
 attn_kernel(const attn_params p)
 {
 	extern __shared__ __align__(16) uint8_t smem[];
@@ -814,20 +815,33 @@ static int sm_count(void)
 	return count;
 }
 
-/* Fast CTAs that fit on the device at once. */
-static int resident_slots(void)
-{
-	static int slots;
-	int per_sm = 0;
+typedef void (*attn_fn)(const attn_params);
 
-	if (slots)
-		return slots;
-	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm,
-			attn_kernel<true>, WARPS * 32,
-			WARPS * WARP_SMEM + 1024) != cudaSuccess || per_sm <= 0)
+/* The build of the kernel for these arguments: generic only, or the fast
+ * path capped at 127 registers for 4 CTAs per SM (default) or at 168 for
+ * 3 (KVS_CUDA_ATTN_OCC3, for comparison). */
+static attn_fn pick_kernel(int fast_ok, uint32_t flags, int *variant)
+{
+	*variant = !fast_ok ? 0 : (flags & KVS_CUDA_ATTN_OCC3) ? 1 : 2;
+	return *variant == 0 ? attn_kernel<false, 1> :
+	       *variant == 1 ? attn_kernel<true, 3> : attn_kernel<true, 4>;
+}
+
+/* Fast CTAs that fit on the device at once. */
+static int resident_slots(int fast_ok, uint32_t flags)
+{
+	static int slots[3];
+	int variant, per_sm = 0;
+	attn_fn fn = pick_kernel(fast_ok, flags, &variant);
+
+	if (slots[variant])
+		return slots[variant];
+	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn,
+			WARPS * 32, WARPS * WARP_SMEM + 3072) != cudaSuccess ||
+	    per_sm <= 0)
 		per_sm = 2;
-	slots = per_sm * sm_count();
-	return slots;
+	slots[variant] = per_sm * sm_count();
+	return slots[variant];
 }
 
 static int dtype_ok(int t)
@@ -869,7 +883,7 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 		     !(a->flags & KVS_CUDA_ATTN_GENERIC);
 
 	const int units = p->B * p->Hkv * p->nsub;
-	const int slots = resident_slots();
+	const int slots = resident_slots(p->fast_ok, a->flags);
 	const int target = slots;
 	int max_tiles = p->fast_ok ? (int)(a->max_tokens / TILE) : 0;
 
@@ -953,30 +967,20 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 	p.ws = (float *)a->workspace;
 
 	size_t smem = generic_smem(p.D);
-	size_t fast = (size_t)WARPS * WARP_SMEM +
+	size_t fast = (size_t)WARPS * WARP_SMEM + sizeof(float) * HPC * 4 * 36 +
 		      sizeof(int32_t) * (p.fast_tps * TILE / p.S + 2);
 	if (p.fast_ok && fast > smem)
 		smem = fast;
 	dim3 grid(p.n_slots * p.B * p.Hkv * p.nsub);
-	if (p.fast_ok) {
-		if (smem > 48 * 1024)
-			rc = KVS_CUDA_CHECK(cudaFuncSetAttribute(
-				attn_kernel<true>,
+	int variant;
+	attn_fn fn = pick_kernel(p.fast_ok, a->flags, &variant);
+
+	if (smem > 48 * 1024)
+		rc = KVS_CUDA_CHECK(cudaFuncSetAttribute((const void *)fn,
 				cudaFuncAttributeMaxDynamicSharedMemorySize,
 				(int)smem));
-		if (!rc)
-			attn_kernel<true><<<grid, WARPS * 32, smem,
-					    stream>>>(p);
-	} else {
-		if (smem > 48 * 1024)
-			rc = KVS_CUDA_CHECK(cudaFuncSetAttribute(
-				attn_kernel<false>,
-				cudaFuncAttributeMaxDynamicSharedMemorySize,
-				(int)smem));
-		if (!rc)
-			attn_kernel<false><<<grid, WARPS * 32, smem,
-					     stream>>>(p);
-	}
+	if (!rc)
+		fn<<<grid, WARPS * 32, smem, stream>>>(p);
 	if (!rc)
 		rc = KVS_CUDA_CHECK(cudaGetLastError());
 	if (rc)

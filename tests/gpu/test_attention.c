@@ -313,6 +313,8 @@ static void test_short(void **state)
 		  KVS_DTYPE_F16, KIVI, 128, 2048, 128, 0 },
 		{ "generic path forced", 5, 2, 4, SHAPE(2, 128, 32, 2, 128),
 		  KVS_DTYPE_F16, RANDOM, 1, 2000, 0, KVS_CUDA_ATTN_GENERIC },
+		{ "3-CTA build", 5, 2, 4, SHAPE(2, 128, 32, 2, 128),
+		  KVS_DTYPE_F16, RANDOM, 1, 4000, 0, KVS_CUDA_ATTN_OCC3 },
 		{ "D=64", 3, 2, 4, SHAPE(2, 64, 32, 2, 128), KVS_DTYPE_F16,
 		  KIVI, 1, 1500, 0, 0 },
 		{ "4-bit, S=256, G=64", 3, 2, 8, SHAPE(2, 128, 64, 4, 256),
