@@ -228,7 +228,8 @@ static int check_segment(const struct kvs_store_io_ops *io, const char *dir,
 		/* the records describe themselves: still walk them */
 		struct kvs_fsck_record r = {
 			.segment = id,
-			.length = size < SEG_HEADER_SIZE ? size : SEG_HEADER_SIZE,
+			.length = size < SEG_HEADER_SIZE ? size :
+							   SEG_HEADER_SIZE,
 			.status = size < SEG_HEADER_SIZE ? KVS_FSCK_TORN :
 							   KVS_FSCK_CORRUPT,
 			.check = "segment header",

@@ -412,7 +412,7 @@ int nvme_reserve(struct kvs_store *s, uint64_t rec, struct segment **seg,
 			if (old->pending) {
 				/* its writes are still in flight: no room */
 				kvs_log(KVS_LOG_ERR,
-					"store: NVMe tier full of writes in flight");
+					"store: NVMe tier full, writes in flight");
 				write_carries(s, &set, false);
 				return -EBUSY;
 			}

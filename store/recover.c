@@ -12,10 +12,11 @@
  * valid header ends was a corrupt record, a run of zeros a record never
  * written (torn), a run of garbage to the end of the file or a record
  * extending past it a torn one, and zeros to the end of the file are the
- * unused, preallocated rest of a head segment (the log ends there).  Payloads are not read here, except in the newest segment,
- * the only one that can hold writes cut short by a crash: its records are
- * checked in full, and if all are whole it becomes the head again.  Every
- * later read from NVMe checks the record again.
+ * unused, preallocated rest of a head segment (the log ends there).
+ * Payloads are not read here, except in the newest segment, the only one
+ * that can hold writes cut short by a crash: its records are checked in
+ * full, and if all are whole it becomes the head again.  Every later read
+ * from NVMe checks the record again.
  */
 #include <errno.h>
 #include <stdlib.h>

@@ -25,8 +25,8 @@
 
 static const char bench_usage[] =
 	"usage: kvstash bench store --dir DIR [--dram-bytes BYTES]\n"
-	"                           [--nvme-bytes BYTES] [--recovery-records N]\n"
-	"                           [--json]\n"
+	"                           [--nvme-bytes BYTES] [--json]\n"
+	"                           [--recovery-records N]\n"
 	"\n"
 	"DIR must be on the device to measure; the benchmark writes about\n"
 	"3 x --nvme-bytes (default 1G) plus N x 100 KiB (default N = 100000)\n"

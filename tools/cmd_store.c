@@ -26,16 +26,16 @@
 
 static const char store_usage[] =
 	"usage: kvstash store put --dir DIR [--dram-capacity BYTES]\n"
-	"                         [--nvme-capacity BYTES] [--segment-size BYTES]\n"
-	"                         [--durable] BLOCK...\n"
+	"                         [--nvme-capacity BYTES] [--durable]\n"
+	"                         [--segment-size BYTES] BLOCK...\n"
 	"       kvstash store get --dir DIR ID --out FILE\n"
 	"       kvstash store stat --dir DIR [--json]\n"
 	"       kvstash store fsck --dir DIR [--repair] [--json]\n"
 	"\n"
 	"ID: 64 hex digits of the span id, ':' and the layer, as put prints.\n"
-	"Capacities take K, M, G or T suffixes (binary).  put prints one id per\n"
-	"block, in order; with --durable an id is printed only once its block\n"
-	"is on the device (fdatasync).  get exits 2 on a miss.  fsck exits 1\n"
+	"Capacities take K, M, G or T suffixes (binary).  put prints one id\n"
+	"per block, in order; with --durable an id is printed only once its\n"
+	"block is on the device (fdatasync).  get exits 2 on a miss.  fsck exits 1\n"
 	"when bad records remain (run it again with --repair to drop them).\n";
 
 struct store_args {
@@ -245,9 +245,9 @@ static void fsck_record(void *arg, const struct kvs_fsck_record *r)
 
 	if (!j) {
 		if (r->status != KVS_FSCK_GOOD)
-			printf("segment %" PRIu64 " offset %" PRIu64 ": %s (%s)\n",
-			       r->segment, r->offset, fsck_status[r->status],
-			       r->check);
+			printf("segment %" PRIu64 " offset %" PRIu64
+			       ": %s (%s)\n", r->segment, r->offset,
+			       fsck_status[r->status], r->check);
 		return;
 	}
 	kvs_cli_json_object_begin(j, NULL);

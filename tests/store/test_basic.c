@@ -353,7 +353,8 @@ static void *worker_run(void *arg)
 
 	for (int round = 0; round < 20; round++) {
 		for (int i = 0; i < w->n; i++) {
-			struct blk *x = &w->b[(w->first + i * 7 + round) % w->n];
+			int k = (w->first + i * 7 + round) % w->n;
+			struct blk *x = &w->b[k];
 			struct kvs_store_ref *ref;
 			int err;
 

@@ -50,7 +50,8 @@ static void child(const char *dir, int fd, uint64_t first)
 		unsigned n = test_rand(&rng) % 3 == 0 ? 4 : 1;
 
 		for (unsigned i = 0; i < n; i++)
-			objs[i] = test_block(seed + i, (uint16_t)(1 + (seed + i) % 5),
+			objs[i] = test_block(seed + i,
+					     (uint16_t)(1 + (seed + i) % 5),
 					     &lens[i], NULL);
 		kvs_store_put_batch(s, (const uint8_t *const *)objs, lens, n,
 				    KVS_DURABILITY_DURABLE, res);
