@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kvstash/log.h"
@@ -172,17 +171,16 @@ static int rewrite(const struct kvs_store_io_ops *io, const char *dir,
 static int load(const struct kvs_store_io_ops *io, const char *path,
 		uint8_t **buf, uint64_t *size)
 {
-	struct stat st;
 	ssize_t n;
-	int fd = io->open(io->ctx, path, O_RDONLY, 0);
+	int err, fd = io->open(io->ctx, path, O_RDONLY, 0);
 
 	if (fd < 0)
 		return fd;
-	if (fstat(fd, &st)) {
+	err = io->size(io->ctx, fd, size);
+	if (err) {
 		io->close(io->ctx, fd);
-		return -errno;
+		return err;
 	}
-	*size = (uint64_t)st.st_size;
 	*buf = malloc(*size ? *size : 1);
 	if (!*buf) {
 		io->close(io->ctx, fd);

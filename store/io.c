@@ -83,6 +83,16 @@ static int sys_fallocate(void *ctx, int fd, off_t len)
 	return fallocate(fd, 0, 0, len) ? -errno : 0;
 }
 
+static int sys_size(void *ctx, int fd, uint64_t *out)
+{
+	struct stat st;
+
+	if (fstat(fd, &st))
+		return -errno;
+	*out = (uint64_t)st.st_size;
+	return 0;
+}
+
 static int sys_rename(void *ctx, const char *from, const char *to)
 {
 	return rename(from, to) ? -errno : 0;
@@ -183,6 +193,7 @@ static const struct kvs_store_io_ops default_ops = {
 	.fdatasync = sys_fdatasync,
 	.ftruncate = sys_ftruncate,
 	.fallocate = sys_fallocate,
+	.size = sys_size,
 	.rename = sys_rename,
 	.unlink = sys_unlink,
 	.start = sys_start,

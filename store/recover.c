@@ -21,7 +21,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "kvstash/log.h"
 #include "store_internal.h"
@@ -260,8 +259,7 @@ static int open_segment(struct kvs_store *s, uint64_t id,
 			struct segment **out, bool *bad_header)
 {
 	char path[4096];
-	struct stat st;
-	uint64_t hdr_id;
+	uint64_t hdr_id, file_size;
 	ssize_t n;
 	int fd, err;
 
@@ -269,8 +267,8 @@ static int open_segment(struct kvs_store *s, uint64_t id,
 	err = nvme_open_file(s, path, false, &fd);
 	if (err)
 		return err;
-	if (fstat(fd, &st)) {
-		err = -errno;
+	err = s->io->size(s->io->ctx, fd, &file_size);
+	if (err) {
 		s->io->close(s->io->ctx, fd);
 		return err;
 	}
@@ -286,7 +284,7 @@ static int open_segment(struct kvs_store *s, uint64_t id,
 	}
 	if (!err && hdr_id != id)
 		err = -KVS_ECORRUPT;
-	*out = seg_new(s, id, fd, (uint64_t)st.st_size / KVS_STORE_ALIGN *
+	*out = seg_new(s, id, fd, file_size / KVS_STORE_ALIGN *
 			     KVS_STORE_ALIGN);
 	if (!*out) {
 		s->io->close(s->io->ctx, fd);

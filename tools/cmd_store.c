@@ -231,6 +231,8 @@ static int store_stat(int argc, char **argv, struct store_args *a,
 	kvs_cli_json_u64(&j, "segments", st.segments);
 	kvs_cli_json_u64(&j, "nvme_file_bytes", st.nvme_file_bytes);
 	kvs_cli_json_bool(&j, "direct_io", st.direct_io);
+	kvs_cli_json_bool(&j, "hugepages", st.hugepages);
+	kvs_cli_json_bool(&j, "registered_buffers", st.registered);
 	kvs_cli_json_object_end(&j);
 	kvs_cli_json_finish(&j);
 	return KVS_EXIT_OK;

@@ -92,7 +92,8 @@ struct kvs_store_ring;          /* io_uring engine, opaque */
  * start); a request may also complete inside @start.  @complete waits for
  * at least @min started requests to finish, sets their res and done, and
  * returns how many finished.  Without io_uring @start runs the request at
- * once.
+ * once.  Directory housekeeping (mkdir, the LOCK file, listing segment
+ * names) uses the system directly.
  */
 struct kvs_store_io_ops {
 	int (*open)(void *ctx, const char *path, int flags, mode_t mode);
@@ -104,6 +105,7 @@ struct kvs_store_io_ops {
 	int (*fdatasync)(void *ctx, int fd);
 	int (*ftruncate)(void *ctx, int fd, off_t len);
 	int (*fallocate)(void *ctx, int fd, off_t len); /* mode 0 from 0 */
+	int (*size)(void *ctx, int fd, uint64_t *out);  /* fstat st_size */
 	int (*rename)(void *ctx, const char *from, const char *to);
 	int (*unlink)(void *ctx, const char *path);
 	int (*start)(void *ctx, struct kvs_store_ring *ring,
