@@ -196,7 +196,9 @@ static int scan_all(struct kvs_store *s, struct scan *sc, size_t n)
 		}
 		if (nreq == 0)
 			break;
-		err = io_run(s, req, nreq, s->opts.queue_depth);
+		/* headers are small: read deeper than queue_depth */
+		err = io_run(s, req, nreq, s->opts.queue_depth > RING_MIN ?
+					   s->opts.queue_depth : RING_MIN);
 		if (err)
 			goto out;
 		for (unsigned k = 0; k < nreq; k++) {

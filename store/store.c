@@ -223,7 +223,8 @@ int kvs_store_open(const char *dir, const struct kvs_store_opts *opts,
 	if (err)
 		goto fail;
 	s->direct = !s->opts.buffered_io;
-	if (ring_create(s->opts.queue_depth, &s->ring))
+	if (ring_create(s->opts.queue_depth > RING_MIN ? s->opts.queue_depth :
+			RING_MIN, &s->ring))
 		kvs_log(KVS_LOG_INFO, "store: no io_uring, synchronous I/O");
 	if (s->opts.dram_capacity) {
 		err = dram_init(&s->dram, s->opts.dram_capacity);

@@ -27,6 +27,7 @@
 #define STORE_MAX_OBJECT (64u << 20)
 #define SUPERBLOCK_NAME "KVSTASH"
 #define LOCK_NAME "LOCK"
+#define RING_MIN 64u            /* ring entries, and recovery's depth */
 
 static inline uint64_t align_up(uint64_t x, uint64_t a)
 {
