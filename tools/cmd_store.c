@@ -210,7 +210,8 @@ static int store_stat(int argc, char **argv, struct store_args *a,
 		printf("dram: %" PRIu64 " blocks, %" PRIu64 " bytes of %"
 		       PRIu64 "\nnvme: %" PRIu64 " blocks, %" PRIu64
 		       " bytes in %" PRIu64 " segments (%" PRIu64
-		       " file bytes)\ncorrupt dropped: %" PRIu64
+		       " file bytes)\ncounters of this process only: "
+		       "corrupt dropped: %" PRIu64
 		       ", torn dropped: %" PRIu64 "\n",
 		       st.dram.blocks, st.dram.bytes, st.dram.capacity,
 		       st.nvme.blocks, st.nvme.bytes, st.segments,
@@ -222,6 +223,9 @@ static int store_stat(int argc, char **argv, struct store_args *a,
 	kvs_cli_json_object_begin(&j, NULL);
 	tier_json(&j, "dram", &st.dram);
 	tier_json(&j, "nvme", &st.nvme);
+	/* the counters below are this process's, since its open: the
+	 * store persists none of them */
+	kvs_cli_json_str(&j, "counters_scope", "process");
 	kvs_cli_json_u64(&j, "hits", st.hits);
 	kvs_cli_json_u64(&j, "misses", st.misses);
 	kvs_cli_json_u64(&j, "evictions", st.evictions);

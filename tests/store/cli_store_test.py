@@ -107,6 +107,8 @@ def main():
         for tier in ("dram", "nvme"):
             for key in ("blocks", "bytes", "capacity"):
                 check(key in s[tier], "stat %s lacks %s" % (tier, key))
+        check(s.get("counters_scope") == "process",
+              "stat counters_scope %r" % s.get("counters_scope"))
         check(s["nvme"]["blocks"] == 6, "nvme blocks %d" % s["nvme"]["blocks"])
 
         _, out, _ = run(kvstash, "store", "fsck", "--dir", st, "--json",
