@@ -42,6 +42,31 @@ void seg_path(const struct kvs_store *s, uint64_t id, char *out, size_t n)
 	snprintf(out, n, "%s/%s", s->dir, name);
 }
 
+/* The file system of the store refuses O_DIRECT (EINVAL at open, as
+ * tmpfs did before Linux 6.6): buffered I/O from now on, reported in the
+ * stats' direct_io. */
+static void direct_refused(struct kvs_store *s)
+{
+	kvs_log(KVS_LOG_WARN, "store: %s refuses O_DIRECT; using buffered I/O",
+		s->dir);
+	s->direct = false;
+}
+
+void nvme_probe_direct(struct kvs_store *s)
+{
+	char path[4096];
+	int fd;
+
+	if (!s->direct)
+		return;
+	snprintf(path, sizeof(path), "%s/%s", s->dir, SUPERBLOCK_NAME);
+	fd = s->io->open(s->io->ctx, path, O_RDONLY | O_DIRECT, 0);
+	if (fd == -EINVAL)
+		direct_refused(s);
+	else if (fd >= 0)
+		s->io->close(s->io->ctx, fd);
+}
+
 int nvme_open_file(struct kvs_store *s, const char *path, bool create,
 		   int *fd_out)
 {
@@ -52,10 +77,7 @@ int nvme_open_file(struct kvs_store *s, const char *path, bool create,
 		fd = s->io->open(s->io->ctx, path, flags | O_DIRECT, 0644);
 		if (fd != -EINVAL)
 			goto done;
-		kvs_log(KVS_LOG_WARN,
-			"store: %s refuses O_DIRECT; using buffered I/O",
-			s->dir);
-		s->direct = false;
+		direct_refused(s);
 	}
 	fd = s->io->open(s->io->ctx, path, flags, 0644);
 done:

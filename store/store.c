@@ -223,6 +223,8 @@ int kvs_store_open(const char *dir, const struct kvs_store_opts *opts,
 	if (err)
 		goto fail;
 	s->direct = !s->opts.buffered_io;
+	if (s->nvme_on)
+		nvme_probe_direct(s);
 	if (ring_create(s->opts.queue_depth > RING_MIN ? s->opts.queue_depth :
 			RING_MIN, &s->ring))
 		kvs_log(KVS_LOG_INFO, "store: no io_uring, synchronous I/O");

@@ -291,6 +291,9 @@ void entry_maybe_free(struct kvs_store *s, struct entry *e);
 void seg_path(const struct kvs_store *s, uint64_t id, char *out, size_t n);
 int nvme_open_file(struct kvs_store *s, const char *path, bool create,
 		   int *fd_out);
+/* Tries O_DIRECT on the superblock at open, so that the fallback to
+ * buffered I/O is known (s->direct) before any segment is opened. */
+void nvme_probe_direct(struct kvs_store *s);
 /* Reserves room for a record of @rec bytes in the head segment, rolling
  * (and reclaiming) segments as needed; nothing may be in flight. */
 int nvme_reserve(struct kvs_store *s, uint64_t rec, struct segment **seg,

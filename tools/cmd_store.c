@@ -210,13 +210,14 @@ static int store_stat(int argc, char **argv, struct store_args *a,
 		printf("dram: %" PRIu64 " blocks, %" PRIu64 " bytes of %"
 		       PRIu64 "\nnvme: %" PRIu64 " blocks, %" PRIu64
 		       " bytes in %" PRIu64 " segments (%" PRIu64
-		       " file bytes)\ncounters of this process only: "
+		       " file bytes), %s I/O\ncounters of this process only: "
 		       "corrupt dropped: %" PRIu64
 		       ", torn dropped: %" PRIu64 "\n",
 		       st.dram.blocks, st.dram.bytes, st.dram.capacity,
 		       st.nvme.blocks, st.nvme.bytes, st.segments,
-		       st.nvme_file_bytes, st.corrupt_dropped,
-		       st.torn_dropped);
+		       st.nvme_file_bytes,
+		       st.direct_io ? "O_DIRECT" : "buffered",
+		       st.corrupt_dropped, st.torn_dropped);
 		return KVS_EXIT_OK;
 	}
 	kvs_cli_json_init(&j, stdout);

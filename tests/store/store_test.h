@@ -74,6 +74,36 @@ static inline uint8_t *test_block(uint64_t seed, uint16_t heads,
 	return obj;
 }
 
+/* An encoded block and its key. */
+struct test_blk {
+	uint8_t *obj;
+	size_t len;
+	struct kvs_store_key key;
+};
+
+/* b[i] = test_block(seed0 + i) with 1 + i % max_heads heads; 0, or -1
+ * (b[] then freed). */
+static inline int test_blocks_make(struct test_blk *b, size_t n,
+				   uint64_t seed0, uint16_t max_heads)
+{
+	for (size_t i = 0; i < n; i++) {
+		b[i].obj = test_block(seed0 + i, (uint16_t)(1 + i % max_heads),
+				      &b[i].len, &b[i].key);
+		if (!b[i].obj) {
+			while (i--)
+				free(b[i].obj);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static inline void test_blocks_free(struct test_blk *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(b[i].obj);
+}
+
 /* A fresh directory under $KVS_TEST_DIR (or .), removed by test_rmdir. */
 static inline char *test_mkdir(void)
 {
@@ -117,6 +147,7 @@ enum test_fault {
 	FAULT_TORN,     /* half the bytes written, then EIO */
 	FAULT_SYNC_EIO, /* fdatasync / fsync fail */
 	FAULT_FULL,     /* every write and file creation: ENOSPC */
+	FAULT_NO_DIRECT, /* open with O_DIRECT: EINVAL (as old tmpfs) */
 };
 
 struct test_faults {
@@ -142,6 +173,10 @@ static inline int fault_open(void *ctx, const char *path, int flags,
 {
 	struct test_faults *f = ctx;
 
+	if (f->fault == FAULT_NO_DIRECT && (flags & O_DIRECT)) {
+		f->injected++;
+		return -EINVAL;
+	}
 	if (f->fault == FAULT_FULL && (flags & O_CREAT) &&
 	    strstr(path, "seg-")) {
 		f->injected++;

@@ -13,30 +13,14 @@
 
 #include "store_test.h"
 
-struct blk {
-	uint8_t *obj;
-	size_t len;
-	struct kvs_store_key key;
-};
-
-static void make_blocks(struct blk *b, size_t n, uint64_t seed0,
+static void make_blocks(struct test_blk *b, size_t n, uint64_t seed0,
 			uint16_t max_heads)
 {
-	for (size_t i = 0; i < n; i++) {
-		b[i].obj = test_block(seed0 + i, (uint16_t)(1 + i % max_heads),
-				      &b[i].len, &b[i].key);
-		assert_non_null(b[i].obj);
-	}
-}
-
-static void free_blocks(struct blk *b, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		free(b[i].obj);
+	assert_int_equal(test_blocks_make(b, n, seed0, max_heads), 0);
 }
 
 /* Puts b[from..to) with @dur, each must succeed. */
-static void put_range(struct kvs_store *s, const struct blk *b, int from,
+static void put_range(struct kvs_store *s, const struct test_blk *b, int from,
 		      int to, enum kvs_durability dur)
 {
 	for (int i = from; i < to; i++)
@@ -45,7 +29,7 @@ static void put_range(struct kvs_store *s, const struct blk *b, int from,
 }
 
 /* 0 if @b reads back byte-identical, else the get's error. */
-static int get_same(struct kvs_store *s, const struct blk *b)
+static int get_same(struct kvs_store *s, const struct test_blk *b)
 {
 	struct kvs_store_ref *ref;
 	int err = kvs_store_get(s, &b->key, &ref);
@@ -83,7 +67,7 @@ static void test_roundtrip_tiers(void **state)
 	struct kvs_store_opts o;
 	struct kvs_store_stats st;
 	struct kvs_store *s;
-	struct blk b[60];
+	struct test_blk b[60];
 	char *dir = test_mkdir();
 
 	make_blocks(b, 60, 100, 4);
@@ -161,7 +145,7 @@ static void test_roundtrip_tiers(void **state)
 	kvs_store_stats_get(s, &st);
 	assert_int_equal(st.corrupt_dropped + st.torn_dropped, 0);
 	kvs_store_close(s);
-	free_blocks(b, 60);
+	test_blocks_free(b, 60);
 	test_rmdir(dir);
 }
 
@@ -171,7 +155,7 @@ static void test_capacity_churn(void **state)
 	struct kvs_store_opts o;
 	struct kvs_store_stats st;
 	struct kvs_store *s;
-	struct blk *b = calloc(NB, sizeof(*b));
+	struct test_blk *b = calloc(NB, sizeof(*b));
 	uint64_t rng = 42;
 	char *dir = test_mkdir();
 
@@ -180,7 +164,7 @@ static void test_capacity_churn(void **state)
 	o.write_through = false;
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 	for (int op = 0; op < OPS; op++) {
-		struct blk *x = &b[test_rand(&rng) % NB];
+		struct test_blk *x = &b[test_rand(&rng) % NB];
 
 		if (test_rand(&rng) % 3)
 			assert_int_equal(kvs_store_put(s, x->obj, x->len,
@@ -198,7 +182,7 @@ static void test_capacity_churn(void **state)
 	assert_true(st.evictions > 0);
 	assert_int_equal(st.corrupt_dropped, 0);
 	kvs_store_close(s);
-	free_blocks(b, NB);
+	test_blocks_free(b, NB);
 	free(b);
 	test_rmdir(dir);
 }
@@ -247,7 +231,7 @@ static void test_scan_resistance(void **state)
 	struct kvs_store_opts o;
 	struct kvs_store_stats st;
 	struct kvs_store *s;
-	struct blk *b = calloc(HOT + SCAN, sizeof(*b));
+	struct test_blk *b = calloc(HOT + SCAN, sizeof(*b));
 	char *dir = test_mkdir();
 	int slots;
 
@@ -268,7 +252,7 @@ static void test_scan_resistance(void **state)
 	/* the same trace under LRU loses the whole hot set */
 	assert_int_equal(lru_hot_misses(slots, HOT, SCAN), HOT);
 	kvs_store_close(s);
-	free_blocks(b, HOT + SCAN);
+	test_blocks_free(b, HOT + SCAN);
 	free(b);
 	test_rmdir(dir);
 }
@@ -282,7 +266,7 @@ static void test_nvme_scan_resistance(void **state)
 	struct kvs_store_opts o;
 	struct kvs_store_stats st;
 	struct kvs_store *s;
-	struct blk *b = calloc(HOT + SCAN, sizeof(*b));
+	struct test_blk *b = calloc(HOT + SCAN, sizeof(*b));
 	char *dir = test_mkdir();
 
 	make_blocks(b, HOT + SCAN, 20000, 1);
@@ -303,7 +287,7 @@ static void test_nvme_scan_resistance(void **state)
 	assert_true(st.evictions >= SCAN - 250);
 	assert_true(st.nvme_file_bytes <= st.nvme.capacity);
 	kvs_store_close(s);
-	free_blocks(b, HOT + SCAN);
+	test_blocks_free(b, HOT + SCAN);
 	free(b);
 	test_rmdir(dir);
 }
@@ -314,7 +298,7 @@ static void test_pinning(void **state)
 	struct kvs_store_opts o;
 	struct kvs_store *s;
 	struct kvs_store_ref *ref, *ref2;
-	struct blk *b = calloc(N, sizeof(*b));
+	struct test_blk *b = calloc(N, sizeof(*b));
 	char *dir = test_mkdir();
 
 	make_blocks(b, N, 9000, 1);
@@ -335,14 +319,14 @@ static void test_pinning(void **state)
 	kvs_store_ref_release(ref2);
 	put_range(s, b, 1, N, KVS_DURABILITY_MEMORY);
 	kvs_store_close(s);
-	free_blocks(b, N);
+	test_blocks_free(b, N);
 	free(b);
 	test_rmdir(dir);
 }
 
 struct worker {
 	struct kvs_store *s;
-	struct blk *b;
+	struct test_blk *b;
 	int n, first;
 	int bad;
 };
@@ -354,7 +338,7 @@ static void *worker_run(void *arg)
 	for (int round = 0; round < 20; round++) {
 		for (int i = 0; i < w->n; i++) {
 			int k = (w->first + i * 7 + round) % w->n;
-			struct blk *x = &w->b[k];
+			struct test_blk *x = &w->b[k];
 			struct kvs_store_ref *ref;
 			int err;
 
@@ -385,7 +369,7 @@ static void test_threads(void **state)
 	enum { N = 150 };
 	struct kvs_store_opts o;
 	struct kvs_store *s;
-	struct blk *b = calloc(N, sizeof(*b));
+	struct test_blk *b = calloc(N, sizeof(*b));
 	struct worker w[2];
 	pthread_t t[2];
 	char *dir = test_mkdir();
@@ -404,7 +388,7 @@ static void test_threads(void **state)
 		assert_int_equal(w[i].bad, 0);
 	}
 	kvs_store_close(s);
-	free_blocks(b, N);
+	test_blocks_free(b, N);
 	free(b);
 	test_rmdir(dir);
 }

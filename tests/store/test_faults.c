@@ -4,7 +4,8 @@
  * served, fsck names it, --repair drops it); injected EIO, ENOSPC, short
  * and torn writes and failing syncs (an error to the caller, no
  * acknowledgement after a failed flush, the store stays usable); a full
- * disk (blocks already stored stay readable, now and after reopening).
+ * disk (blocks already stored stay readable, now and after reopening);
+ * a file system refusing O_DIRECT (buffered fallback, reported).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,34 +19,21 @@
 
 enum { NB = 24 };
 
-struct blk {
-	uint8_t *obj;
-	size_t len;
-	struct kvs_store_key key;
-};
-
-static struct blk blocks[NB];
+static struct test_blk blocks[NB];
 
 static int setup(void **state)
 {
-	for (int i = 0; i < NB; i++) {
-		blocks[i].obj = test_block(700 + i, (uint16_t)(1 + i % 3),
-					   &blocks[i].len, &blocks[i].key);
-		if (!blocks[i].obj)
-			return -1;
-	}
-	return 0;
+	return test_blocks_make(blocks, NB, 700, 3);
 }
 
 static int teardown(void **state)
 {
-	for (int i = 0; i < NB; i++)
-		free(blocks[i].obj);
+	test_blocks_free(blocks, NB);
 	return 0;
 }
 
 /* 0 identical, -KVS_ENOTFOUND miss; anything else fails the test. */
-static int check_get(struct kvs_store *s, const struct blk *b)
+static int check_get(struct kvs_store *s, const struct test_blk *b)
 {
 	struct kvs_store_ref *ref;
 	int err = kvs_store_get(s, &b->key, &ref);
@@ -189,7 +177,7 @@ static void test_torn_tail(void **state)
 	struct kvs_store *s;
 	struct fsck_tally t = { 0 };
 	struct kvs_fsck_report rep;
-	struct blk big;
+	struct test_blk big;
 	char path[4200];
 	struct stat sb;
 	char *dir = test_mkdir();
@@ -332,6 +320,47 @@ static void test_full_disk(void **state)
 	test_rmdir(dir);
 }
 
+/* A file system refusing O_DIRECT (injected: EINVAL at open): the store
+ * falls back to buffered I/O, says so in the stats, and loses nothing;
+ * reopened with the real I/O it is back on O_DIRECT. */
+static void test_direct_refused(void **state)
+{
+	struct test_faults f = { .fault = FAULT_NO_DIRECT, .countdown = -1 };
+	struct kvs_store_io_ops ops;
+	struct kvs_store_opts o;
+	struct kvs_store_stats st;
+	struct kvs_store *s;
+	char *dir = test_mkdir();
+
+	fault_ops(&ops, &f);
+	test_opts(&o, 0, 16 << 20, 1 << 20);
+	o.io = &ops;
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	kvs_store_stats_get(s, &st);
+	assert_false(st.direct_io);
+	assert_true(f.injected > 0);
+	for (int i = 0; i < NB; i++)
+		assert_int_equal(kvs_store_put(s, blocks[i].obj, blocks[i].len,
+				KVS_DURABILITY_DURABLE, NULL), 0);
+	for (int i = 0; i < NB; i++)
+		assert_int_equal(check_get(s, &blocks[i]), 0);
+	kvs_store_close(s);
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	for (int i = 0; i < NB; i++)
+		assert_int_equal(check_get(s, &blocks[i]), 0);
+	kvs_store_stats_get(s, &st);
+	assert_false(st.direct_io);
+	kvs_store_close(s);
+	o.io = NULL;
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	kvs_store_stats_get(s, &st);
+	assert_true(st.direct_io);
+	for (int i = 0; i < NB; i++)
+		assert_int_equal(check_get(s, &blocks[i]), 0);
+	kvs_store_close(s);
+	test_rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -343,6 +372,7 @@ int main(void)
 		cmocka_unit_test(test_torn_write),
 		cmocka_unit_test(test_sync_fails),
 		cmocka_unit_test(test_full_disk),
+		cmocka_unit_test(test_direct_refused),
 	};
 
 	kvs_log_set_level(KVS_LOG_ERR);
