@@ -97,23 +97,66 @@ static __device__ unsigned group_meta(int mt, int bits, float lo, float hi,
 /*
  * code = clamp(rint((x - origin) / step), 0, 2^b - 1) with the IEEE
  * quotient, without paying for an IEEE division per element: x - origin
- * times a reciprocal is within a few ulps of the rounded quotient, so its
- * rint can differ only when it lies near a half-integer; those (and the
- * non-finite) take __fdiv_rn.  @rstep is 1/step (0 for infinite steps).
+ * times the reciprocal @rstep (0 for an infinite step) is within a few ulps
+ * of the rounded quotient, so both round to the same integer unless the
+ * product lies within 1e-4 of a half-integer; those take __fdiv_rn.  Like
+ * kvformat's quant_code, q is clamped to [-1, 2^b] first and rounded to
+ * nearest even by adding and subtracting 1.5 * 2^23.
  */
 static __device__ __forceinline__ unsigned quant_code(float x, float origin,
-						      float step, float rstep,
-						      int qmax)
+						      const float *step,
+						      float rstep, int qmax)
 {
+	const float magic = 12582912.0f;
 	float num = __fsub_rn(x, origin);
-	float q = __fmul_rn(num, rstep);
+	float q = fminf(fmaxf(__fmul_rn(num, rstep), -1.0f), qmax + 1.0f);
+	float t = __fadd_rn(q, magic);
 
-	if (!(fabsf(q - floorf(q) - 0.5f) > 1.0e-4f) || !isfinite(q))
-		q = __fdiv_rn(num, step);
-	float r = rintf(q);
+	if (fabsf(__fsub_rn(q, __fsub_rn(t, magic))) > 0.4999f) {
+		q = fminf(fmaxf(__fdiv_rn(num, *step), -1.0f), qmax + 1.0f);
+		t = __fadd_rn(q, magic);
+	}
+	int c = __float_as_int(t) - 0x4B400000;
 
-	r = fminf(fmaxf(r, 0.0f), (float)qmax);
-	return (unsigned)r;
+	return (unsigned)min(max(c, 0), qmax);
+}
+
+/* Packs the G x D codes of a staged tile, one 32-bit word (32/BITS
+ * channels of one token) per iteration, into @kc and @vc. */
+template <int BITS>
+static __device__ void pack_tile(const float *ktile, const float *vtile,
+				 int pitch, int D, int G, const float *korig,
+				 const float *kstep, const float *krcp,
+				 const float *vorig, const float *vstep,
+				 const float *vrcp, uint32_t *kc, uint32_t *vc)
+{
+	const int cpw = 32 / BITS, wpr = D / cpw, ngrp = D / G;
+	const int qmax = (1 << BITS) - 1;
+
+	for (int i = threadIdx.x; i < G * wpr; i += blockDim.x) {
+		int t = i / wpr, d0 = (i % wpr) * cpw;
+		int j = t * ngrp + d0 / G;
+		float vo = vorig[j], vr = vrcp[j];
+		const float *vs = vstep + j;
+		uint32_t kw = 0, vw = 0;
+#pragma unroll
+		for (int k = 0; k < cpw; k++) {
+			int d = d0 + k;
+
+			if (G < cpw && d % G == 0) {
+				j = t * ngrp + d / G;
+				vo = vorig[j];
+				vr = vrcp[j];
+				vs = vstep + j;
+			}
+			kw |= quant_code(ktile[t * pitch + d], korig[d],
+					 kstep + d, krcp[d], qmax) << (k * BITS);
+			vw |= quant_code(vtile[t * pitch + d], vo, vs, vr,
+					 qmax) << (k * BITS);
+		}
+		kc[i] = kw;
+		vc[i] = vw;
+	}
 }
 
 static __device__ void store_meta(int mt, uint8_t *base, size_t i, float x)
@@ -126,7 +169,7 @@ __global__ void seal_kernel(const seal_params p)
 	extern __shared__ float smem[];
 	const int D = p.D, G = p.G, pitch = D + 1, bits = p.bits;
 	const int g = blockIdx.x, h = blockIdx.y, n = blockIdx.z;
-	const int t0 = g * G, ngrp = D / G, qmax = (1 << bits) - 1;
+	const int t0 = g * G, ngrp = D / G;
 	float *ktile = smem, *vtile = ktile + G * pitch;
 	float *korig = vtile + G * pitch, *kstep = korig + D;
 	float *vorig = kstep + D, *vstep = vorig + G * ngrp;
@@ -192,27 +235,17 @@ __global__ void seal_kernel(const seal_params p)
 	__syncthreads();
 
 	/* pack: one 32-bit word = 32/bits consecutive channels of a token */
-	const int cpw = 32 / bits, wpr = D / cpw;
+	const int wpr = D * bits / 32;
 	uint32_t *kc = (uint32_t *)(img + p.lay.off[KVS_SEC_KEY_CODES]) +
 		       ((size_t)h * p.S + t0) * wpr;
 	uint32_t *vc = (uint32_t *)(img + p.lay.off[KVS_SEC_VAL_CODES]) +
 		       ((size_t)h * p.S + t0) * wpr;
-	for (int i = threadIdx.x; i < G * wpr; i += blockDim.x) {
-		int t = i / wpr, d0 = (i % wpr) * cpw;
-		uint32_t kw = 0, vw = 0;
-		for (int k = 0; k < cpw; k++) {
-			int d = d0 + k;
-			unsigned c = quant_code(ktile[t * pitch + d], korig[d],
-						kstep[d], krcp[d], qmax);
-			int j = t * ngrp + d / G;
-			unsigned v = quant_code(vtile[t * pitch + d], vorig[j],
-						vstep[j], vrcp[j], qmax);
-			kw |= c << (k * bits);
-			vw |= v << (k * bits);
-		}
-		kc[i] = kw;
-		vc[i] = vw;
-	}
+	if (bits == 2)
+		pack_tile<2>(ktile, vtile, pitch, D, G, korig, kstep, krcp,
+			     vorig, vstep, vrcp, kc, vc);
+	else
+		pack_tile<4>(ktile, vtile, pitch, D, G, korig, kstep, krcp,
+			     vorig, vstep, vrcp, kc, vc);
 	if (flag)
 		atomicOr(&flags, flag);
 	__syncthreads();
