@@ -13,7 +13,6 @@
  *   16 u32 object length  20 u32 layer  24 u64 xxh3 of the object
  *   32 span id [32]  64..119 zero  120 u64 xxh3 of bytes 0..119
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -320,38 +319,81 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-int seg_list(const char *dir, uint64_t **ids, size_t *n)
-{
-	uint64_t *v = NULL, *grown, id;
-	size_t count = 0, cap = 0;
-	struct dirent *de;
-	DIR *d;
+struct id_list {
+	uint64_t *v;
+	size_t n, cap;
+};
 
-	d = opendir(dir);
-	if (!d) {
-		kvs_log(KVS_LOG_ERR, "store: opendir %s: %s", dir,
-			strerror(errno));
-		return -errno;
+static int collect_id(void *arg, const char *name)
+{
+	struct id_list *l = arg;
+	uint64_t id, *grown;
+
+	if (seg_name_parse(name, &id))
+		return 0;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+
+		grown = realloc(l->v, cap * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		l->v = grown;
+		l->cap = cap;
 	}
-	while ((de = readdir(d)) != NULL) {
-		if (seg_name_parse(de->d_name, &id))
-			continue;
-		if (count == cap) {
-			cap = cap ? cap * 2 : 64;
-			grown = realloc(v, cap * sizeof(*v));
-			if (!grown) {
-				free(v);
-				closedir(d);
-				return -ENOMEM;
-			}
-			v = grown;
+	l->v[l->n++] = id;
+	return 0;
+}
+
+int seg_list(const struct kvs_store_io_ops *io, const char *dir,
+	     uint64_t **ids, size_t *n)
+{
+	struct id_list l = { 0 };
+	int err = io->list(io->ctx, dir, collect_id, &l);
+
+	if (err) {
+		kvs_log(KVS_LOG_ERR, "store: listing segments in %s: %s", dir,
+			kvs_strerror(err));
+		free(l.v);
+		return err;
+	}
+	if (l.n)
+		qsort(l.v, l.n, sizeof(*l.v), cmp_u64);
+	*ids = l.v;
+	*n = l.n;
+	return 0;
+}
+
+int store_lock(const struct kvs_store_io_ops *io, const char *dir,
+	       bool create, int *fd_out)
+{
+	char path[4096];
+	int fd, err;
+
+	if (create) {
+		err = io->mkdir(io->ctx, dir, 0755);
+		if (err && err != -EEXIST) {
+			kvs_log(KVS_LOG_ERR, "store: mkdir %s: %s", dir,
+				kvs_strerror(err));
+			return err;
 		}
-		v[count++] = id;
 	}
-	closedir(d);
-	if (count)
-		qsort(v, count, sizeof(*v), cmp_u64);
-	*ids = v;
-	*n = count;
+	snprintf(path, sizeof(path), "%s/%s", dir, LOCK_NAME);
+	fd = io->open(io->ctx, path, O_RDWR | O_CREAT, 0644);
+	if (fd < 0) {
+		if (fd == -ENOENT)
+			kvs_log(KVS_LOG_ERR, "store: no store at %s", dir);
+		else
+			kvs_log(KVS_LOG_ERR, "store: %s: %s", path,
+				kvs_strerror(fd));
+		return fd;
+	}
+	err = io->lock(io->ctx, fd);
+	if (err) {
+		kvs_log(KVS_LOG_ERR, "store: lock %s: %s", path,
+			kvs_strerror(err));
+		io->close(io->ctx, fd);
+		return err;
+	}
+	*fd_out = fd;
 	return 0;
 }

@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include "kvstash/log.h"
@@ -295,26 +294,21 @@ int kvs_store_fsck(const char *dir, unsigned flags,
 		   void *arg, struct kvs_fsck_report *report)
 {
 	struct kvs_fsck_report rep = { 0 };
+	struct kvs_store_io_ops ops;
 	struct verdicts vs = { 0 };
 	uint64_t *ids = NULL;
-	char path[4200];
 	size_t n = 0;
 	int lock_fd, err;
 
-	if (!io)
-		io = kvs_store_io_default();
+	io_ops_fill(&ops, io);
+	io = &ops;
 	err = superblock_check(io, dir, false);
 	if (err)
 		return err;
-	snprintf(path, sizeof(path), "%s/%s", dir, LOCK_NAME);
-	lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (lock_fd < 0 || flock(lock_fd, LOCK_EX)) {
-		err = -errno;
-		kvs_log(KVS_LOG_ERR, "fsck: lock %s: %s", path,
-			strerror(errno));
-		goto close_lock;
-	}
-	err = seg_list(dir, &ids, &n);
+	err = store_lock(io, dir, false, &lock_fd);
+	if (err)
+		return err;
+	err = seg_list(io, dir, &ids, &n);
 	for (size_t i = 0; !err && i < n; i++) {
 		err = check_segment(io, dir, ids[i], flags, &vs, &rep);
 		rep.segments++;
@@ -338,8 +332,6 @@ int kvs_store_fsck(const char *dir, unsigned flags,
 free_all:
 	free(vs.v);
 	free(ids);
-close_lock:
-	if (lock_fd >= 0)
-		close(lock_fd);
+	io->close(io->ctx, lock_fd);
 	return err;
 }

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -101,6 +103,43 @@ static int sys_rename(void *ctx, const char *from, const char *to)
 static int sys_unlink(void *ctx, const char *path)
 {
 	return unlink(path) ? -errno : 0;
+}
+
+static int sys_mkdir(void *ctx, const char *path, mode_t mode)
+{
+	return mkdir(path, mode) ? -errno : 0;
+}
+
+static int sys_lock(void *ctx, int fd)
+{
+	while (flock(fd, LOCK_EX) != 0)
+		if (errno != EINTR)
+			return -errno;
+	return 0;
+}
+
+static int sys_list(void *ctx, const char *dir,
+		    int (*fn)(void *arg, const char *name), void *arg)
+{
+	struct dirent *de;
+	DIR *d = opendir(dir);
+	int err = 0;
+
+	if (!d)
+		return -errno;
+	for (;;) {
+		errno = 0;
+		de = readdir(d);
+		if (!de) {
+			err = errno ? -errno : 0;
+			break;
+		}
+		err = fn(arg, de->d_name);
+		if (err)
+			break;
+	}
+	closedir(d);
+	return err;
 }
 
 static void run_sync(struct kvs_store_io_req *r)
@@ -196,6 +235,9 @@ static const struct kvs_store_io_ops default_ops = {
 	.size = sys_size,
 	.rename = sys_rename,
 	.unlink = sys_unlink,
+	.mkdir = sys_mkdir,
+	.lock = sys_lock,
+	.list = sys_list,
 	.start = sys_start,
 	.complete = sys_complete,
 	.ctx = NULL,
@@ -205,6 +247,32 @@ const struct kvs_store_io_ops *kvs_store_io_default(void)
 {
 	return &default_ops;
 }
+
+#define FILL(m) (out->m = out->m ? out->m : default_ops.m)
+
+void io_ops_fill(struct kvs_store_io_ops *out,
+		 const struct kvs_store_io_ops *in)
+{
+	*out = in ? *in : default_ops;
+	FILL(open);
+	FILL(close);
+	FILL(pread);
+	FILL(pwrite);
+	FILL(fsync);
+	FILL(fdatasync);
+	FILL(ftruncate);
+	FILL(fallocate);
+	FILL(size);
+	FILL(rename);
+	FILL(unlink);
+	FILL(mkdir);
+	FILL(lock);
+	FILL(list);
+	FILL(start);
+	FILL(complete);
+}
+
+#undef FILL
 
 int ring_create(unsigned depth, struct kvs_store_ring **out)
 {

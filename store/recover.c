@@ -327,7 +327,7 @@ int recover(struct kvs_store *s)
 	size_t n = 0, nsc = 0;
 	int err;
 
-	err = seg_list(s->dir, &ids, &n);
+	err = seg_list(s->io, s->dir, &ids, &n);
 	if (err)
 		return err;
 	sc = calloc(n ? n : 1, sizeof(*sc));

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -90,7 +89,8 @@ static int settle_opts(struct kvs_store *s, const struct kvs_store_opts *o)
 		s->opts = *o;
 	else
 		kvs_store_opts_default(&s->opts);
-	s->io = s->opts.io ? s->opts.io : kvs_store_io_default();
+	io_ops_fill(&s->io_ops, s->opts.io);
+	s->io = &s->io_ops;
 	if (s->opts.queue_depth == 0)
 		s->opts.queue_depth = 32;
 	if (s->opts.segment_size == 0)
@@ -110,39 +110,6 @@ static int settle_opts(struct kvs_store *s, const struct kvs_store_opts *o)
 	}
 	if (s->nvme_on)
 		s->max_segs = s->opts.nvme_capacity / s->opts.segment_size;
-	return 0;
-}
-
-static int take_lock(struct kvs_store *s)
-{
-	char path[4096];
-	int err;
-
-	if (s->opts.create && mkdir(s->dir, 0755) && errno != EEXIST) {
-		err = -errno;
-		kvs_log(KVS_LOG_ERR, "store: mkdir %s: %s", s->dir,
-			strerror(errno));
-		return err;
-	}
-	snprintf(path, sizeof(path), "%s/%s", s->dir, LOCK_NAME);
-	s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (s->lock_fd < 0) {
-		err = -errno;
-		if (err == -ENOENT)
-			kvs_log(KVS_LOG_ERR, "store: no store at %s", s->dir);
-		else
-			kvs_log(KVS_LOG_ERR, "store: %s: %s", path,
-				strerror(errno));
-		return err;
-	}
-	while (flock(s->lock_fd, LOCK_EX) != 0) {
-		if (errno != EINTR) {
-			err = -errno;
-			close(s->lock_fd);
-			s->lock_fd = -1;
-			return err;
-		}
-	}
 	return 0;
 }
 
@@ -185,7 +152,7 @@ static void teardown(struct kvs_store *s)
 		dram_fini(&s->dram);
 	free(s->scratch);
 	if (s->lock_fd >= 0)
-		close(s->lock_fd);
+		s->io->close(s->io->ctx, s->lock_fd);
 	pthread_mutex_destroy(&s->lock);
 	free(s->dir);
 	free(s);
@@ -216,7 +183,7 @@ int kvs_store_open(const char *dir, const struct kvs_store_opts *opts,
 		err = -ENOMEM;
 	if (err)
 		goto fail;
-	err = take_lock(s);
+	err = store_lock(s->io, dir, s->opts.create, &s->lock_fd);
 	if (err)
 		goto fail;
 	err = superblock_check(s->io, dir, s->opts.create);

@@ -120,10 +120,20 @@ int dir_fsync(const struct kvs_store_io_ops *io, const char *dir);
 /* seg-<16 hex>.kvs; parses back, 0 or -EINVAL. */
 void seg_name(uint64_t id, char out[32]);
 int seg_name_parse(const char *name, uint64_t *id);
-/* Sorted segment ids found in @dir (malloc'd). */
-int seg_list(const char *dir, uint64_t **ids, size_t *n);
+/* Sorted segment ids found in @dir (malloc'd); 0 or -errno, logged. */
+int seg_list(const struct kvs_store_io_ops *io, const char *dir,
+	     uint64_t **ids, size_t *n);
+/* With @create, makes @dir; opens @dir/LOCK and takes it (waiting).
+ * 0 and *@fd_out, or -errno (logged; -ENOENT: no store there). */
+int store_lock(const struct kvs_store_io_ops *io, const char *dir,
+	       bool create, int *fd_out);
 
 /* ---- io_uring engine (io.c) ------------------------------------------ */
+
+/* *@out = *@in (NULL: the default table) with each NULL member replaced
+ * by the default's. */
+void io_ops_fill(struct kvs_store_io_ops *out,
+		 const struct kvs_store_io_ops *in);
 
 int ring_create(unsigned depth, struct kvs_store_ring **out);
 void ring_destroy(struct kvs_store_ring *ring);
@@ -247,7 +257,8 @@ struct kvs_store {
 	char *dir;
 	int lock_fd;
 	struct kvs_store_opts opts;
-	const struct kvs_store_io_ops *io;
+	const struct kvs_store_io_ops *io;     /* &io_ops */
+	struct kvs_store_io_ops io_ops;         /* opts.io, NULLs filled */
 	struct kvs_store_ring *ring;
 	unsigned inflight;      /* requests started, not completed */
 	bool direct;

@@ -92,8 +92,10 @@ struct kvs_store_ring;          /* io_uring engine, opaque */
  * start); a request may also complete inside @start.  @complete waits for
  * at least @min started requests to finish, sets their res and done, and
  * returns how many finished.  Without io_uring @start runs the request at
- * once.  Directory housekeeping (mkdir, the LOCK file, listing segment
- * names) uses the system directly.
+ * once.  Directory housekeeping goes through it too: @mkdir (creating a
+ * store), @open and @lock (the LOCK file), @list (finding segments).  A
+ * NULL member means the default's (tables written before a member was
+ * added keep working).
  */
 struct kvs_store_io_ops {
 	int (*open)(void *ctx, const char *path, int flags, mode_t mode);
@@ -108,6 +110,12 @@ struct kvs_store_io_ops {
 	int (*size)(void *ctx, int fd, uint64_t *out);  /* fstat st_size */
 	int (*rename)(void *ctx, const char *from, const char *to);
 	int (*unlink)(void *ctx, const char *path);
+	int (*mkdir)(void *ctx, const char *path, mode_t mode);
+	int (*lock)(void *ctx, int fd);         /* flock(LOCK_EX), waits */
+	/* Calls @fn with each name in @dir until it returns non-zero (then
+	 * returned); 0 when all were seen, or -errno of opendir/readdir. */
+	int (*list)(void *ctx, const char *dir,
+		    int (*fn)(void *arg, const char *name), void *arg);
 	int (*start)(void *ctx, struct kvs_store_ring *ring,
 		     struct kvs_store_io_req *req);
 	int (*complete)(void *ctx, struct kvs_store_ring *ring, unsigned min);

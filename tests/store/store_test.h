@@ -148,6 +148,10 @@ enum test_fault {
 	FAULT_SYNC_EIO, /* fdatasync / fsync fail */
 	FAULT_FULL,     /* every write and file creation: ENOSPC */
 	FAULT_NO_DIRECT, /* open with O_DIRECT: EINVAL (as old tmpfs) */
+	FAULT_MKDIR,    /* mkdir: EACCES */
+	FAULT_LOCK,     /* taking the LOCK file: ENOLCK */
+	FAULT_LIST,     /* listing a directory: EACCES (opendir) */
+	FAULT_LIST_EIO, /* listing: EIO after the first name (readdir) */
 };
 
 struct test_faults {
@@ -240,6 +244,47 @@ static inline int fault_fallocate(void *ctx, int fd, off_t len)
 	return kvs_store_io_default()->fallocate(NULL, fd, len);
 }
 
+static inline int fault_mkdir(void *ctx, const char *path, mode_t mode)
+{
+	struct test_faults *f = ctx;
+
+	if (f->fault == FAULT_MKDIR) {
+		f->injected++;
+		return -EACCES;
+	}
+	return kvs_store_io_default()->mkdir(NULL, path, mode);
+}
+
+static inline int fault_lock(void *ctx, int fd)
+{
+	struct test_faults *f = ctx;
+
+	if (f->fault == FAULT_LOCK) {
+		f->injected++;
+		return -ENOLCK;
+	}
+	return kvs_store_io_default()->lock(NULL, fd);
+}
+
+static inline int fault_list(void *ctx, const char *dir,
+			     int (*fn)(void *arg, const char *name),
+			     void *arg)
+{
+	struct test_faults *f = ctx;
+
+	if (f->fault == FAULT_LIST) {
+		f->injected++;
+		return -EACCES;
+	}
+	if (f->fault == FAULT_LIST_EIO) {
+		int err = fn(arg, "seg-0000000000000000.kvs");
+
+		f->injected++;
+		return err ? err : -EIO;
+	}
+	return kvs_store_io_default()->list(NULL, dir, fn, arg);
+}
+
 /* Writes that a fault hits complete at once with the fault's result;
  * everything else goes to the real engine. */
 static inline int fault_start(void *ctx, struct kvs_store_ring *ring,
@@ -269,6 +314,9 @@ static inline void fault_ops(struct kvs_store_io_ops *ops,
 	ops->pwrite = fault_pwrite;
 	ops->fdatasync = fault_sync;
 	ops->fallocate = fault_fallocate;
+	ops->mkdir = fault_mkdir;
+	ops->lock = fault_lock;
+	ops->list = fault_list;
 	ops->start = fault_start;
 	ops->ctx = f;
 }

@@ -5,7 +5,8 @@
  * and torn writes and failing syncs (an error to the caller, no
  * acknowledgement after a failed flush, the store stays usable); a full
  * disk (blocks already stored stay readable, now and after reopening);
- * a file system refusing O_DIRECT (buffered fallback, reported).
+ * a file system refusing O_DIRECT (buffered fallback, reported); failing
+ * mkdir, LOCK file and directory listing (an error, nothing lost).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -361,6 +362,58 @@ static void test_direct_refused(void **state)
 	test_rmdir(dir);
 }
 
+/* Directory housekeeping failing (mkdir, the LOCK file, listing the
+ * segments, at opendir or mid-way through readdir): open and fsck fail
+ * with that error, a partial listing never opens a partial store, and
+ * nothing stored is lost. */
+static void test_dir_faults(void **state)
+{
+	static const struct {
+		enum test_fault fault;
+		int err;
+	} cases[] = {
+		{ FAULT_LOCK, -ENOLCK },
+		{ FAULT_LIST, -EACCES },
+		{ FAULT_LIST_EIO, -EIO },
+	};
+	struct test_faults f = { .countdown = -1 };
+	struct kvs_fsck_report rep;
+	struct kvs_store_io_ops ops;
+	struct kvs_store_opts o;
+	struct kvs_store *s;
+	char *dir = test_mkdir(), sub[4200];
+
+	fault_ops(&ops, &f);
+	test_opts(&o, 0, 16 << 20, 1 << 20);
+	o.io = &ops;
+	/* a new store whose directory cannot be made */
+	f.fault = FAULT_MKDIR;
+	snprintf(sub, sizeof(sub), "%s/new", dir);
+	assert_int_equal(kvs_store_open(sub, &o, &s), -EACCES);
+	assert_int_equal(f.injected, 1);
+	assert_int_equal(access(sub, F_OK), -1);
+	fill(dir, NB);
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		f.fault = cases[c].fault;
+		f.injected = 0;
+		assert_int_equal(kvs_store_open(dir, &o, &s), cases[c].err);
+		assert_int_equal(f.injected, 1);
+		assert_int_equal(kvs_store_fsck(dir, KVS_FSCK_REPAIR, &ops,
+						NULL, NULL, &rep),
+				 cases[c].err);
+	}
+	/* the failures changed nothing */
+	f.fault = FAULT_NONE;
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	for (int i = 0; i < NB; i++)
+		assert_int_equal(check_get(s, &blocks[i]), 0);
+	kvs_store_close(s);
+	assert_int_equal(kvs_store_fsck(dir, 0, NULL, NULL, NULL, &rep), 0);
+	assert_int_equal(rep.good, NB);
+	assert_int_equal(rep.corrupt + rep.torn, 0);
+	test_rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -373,6 +426,7 @@ int main(void)
 		cmocka_unit_test(test_sync_fails),
 		cmocka_unit_test(test_full_disk),
 		cmocka_unit_test(test_direct_refused),
+		cmocka_unit_test(test_dir_faults),
 	};
 
 	kvs_log_set_level(KVS_LOG_ERR);
