@@ -15,8 +15,10 @@
  * unused, preallocated rest of a head segment (the log ends there).
  * Payloads are not read here, except in the newest segment, the only one
  * that can hold writes cut short by a crash: its records are checked in
- * full, and if all are whole it becomes the head again.  Every later read
- * from NVMe checks the record again.
+ * full, and if all are whole it becomes the head again.  A torn tail of
+ * the newest segment is cut off durably, so only one open counts it;
+ * damage before a good record is counted at every open until fsck
+ * --repair.  Every later read from NVMe checks the record again.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -33,7 +35,19 @@ struct scan {
 	bool done;
 	bool damaged;   /* something was dropped */
 	bool bad_header;
+	uint64_t bad_first, bad_last;   /* offsets of the first and last
+					 * damage dropped, when damaged */
 };
+
+/* Something starting at @off of the segment was dropped. */
+static void mark_bad(struct scan *sc, uint64_t off)
+{
+	if (!sc->damaged || off < sc->bad_first)
+		sc->bad_first = off;
+	if (!sc->damaged || off > sc->bad_last)
+		sc->bad_last = off;
+	sc->damaged = true;
+}
 
 /* Indexes the record at @off of @seg unless a newer one is known. */
 static int index_record(struct kvs_store *s, struct segment *seg,
@@ -128,7 +142,7 @@ static int scan_step(struct kvs_store *s, struct scan *sc,
 	if (rec_header_decode(page, &h) == 0) {
 		if (sc->off + record_size(h.length) > seg->size) {
 			s->st.torn_dropped++;
-			sc->damaged = true;
+			mark_bad(sc, sc->off);
 			sc->done = true;
 			return 0;
 		}
@@ -151,7 +165,7 @@ static int scan_step(struct kvs_store *s, struct scan *sc,
 			s->st.torn_dropped++;
 		else
 			s->st.corrupt_dropped++;
-		sc->damaged = true;
+		mark_bad(sc, start);
 		return 0;
 	}
 	sc->done = true;
@@ -161,7 +175,7 @@ static int scan_step(struct kvs_store *s, struct scan *sc,
 		seg->size = start;
 	} else {
 		s->st.torn_dropped++;
-		sc->damaged = true;
+		mark_bad(sc, start);
 	}
 	return 0;
 }
@@ -217,11 +231,11 @@ out:
 	return err;
 }
 
-/* Checks every record of the newest segment in full; *@dropped counts
- * the records that failed. */
-static int verify_newest(struct kvs_store *s, struct segment *seg,
-			 size_t *dropped)
+/* Checks every record of the newest segment in full; the ones that fail
+ * are dropped and marked in @sc. */
+static int verify_newest(struct kvs_store *s, struct scan *sc)
 {
+	struct segment *seg = sc->seg;
 	struct list *l, *next;
 	uint8_t *buf;
 	ssize_t n;
@@ -246,12 +260,53 @@ static int verify_newest(struct kvs_store *s, struct segment *seg,
 				  KVS_VERIFY_NO_CHECKSUMS, NULL, NULL) == 0)
 			continue;
 		s->st.torn_dropped++;
-		(*dropped)++;
+		mark_bad(sc, e->off);
 		nvme_detach(s, e);
 		entry_maybe_free(s, e);
 	}
 	free(buf);
 	return 0;
+}
+
+/*
+ * A torn tail of the newest segment (damage after its last good record:
+ * the writes a crash cut short) is cut off the file, durably (ftruncate,
+ * fsync), so it is counted by this open only.  Damage before a good
+ * record stays (it is counted at every open until fsck --repair).  A
+ * failure to cut is logged and changes nothing.
+ */
+static void cut_torn_tail(struct kvs_store *s, struct scan *sc)
+{
+	struct segment *seg = sc->seg;
+	uint64_t end = SEG_HEADER_SIZE;
+	struct list *l;
+	int err;
+
+	for (l = seg->records.next; l != &seg->records; l = l->next) {
+		struct entry *e = list_entry(l, struct entry, nlink);
+		uint64_t rec_end = e->off + record_size(e->len);
+
+		if (rec_end > end)
+			end = rec_end;
+	}
+	if (!sc->damaged || sc->bad_last < end)
+		return;
+	err = s->io->ftruncate(s->io->ctx, seg->fd, (off_t)end);
+	if (!err)
+		err = s->io->fsync(s->io->ctx, seg->fd);
+	if (err) {
+		kvs_log(KVS_LOG_WARN,
+			"store: cannot cut the torn tail of segment %llu: %s",
+			(unsigned long long)seg->id, kvs_strerror(err));
+		return;
+	}
+	kvs_log(KVS_LOG_INFO, "store: cut segment %llu at %llu (torn tail)",
+		(unsigned long long)seg->id, (unsigned long long)end);
+	if (seg->size > end) {
+		s->nvme_file_bytes -= seg->size - end;
+		seg->size = end;
+	}
+	sc->damaged = sc->bad_first < end;
 }
 
 /* Opens segment @id and checks its header; adds it to the store.  A
@@ -321,8 +376,7 @@ static void drop_empty(struct kvs_store *s, struct scan *sc)
 
 int recover(struct kvs_store *s)
 {
-	struct scan *sc = NULL;
-	struct segment *newest = NULL;
+	struct scan *sc = NULL, *newest = NULL;
 	uint64_t *ids = NULL;
 	size_t n = 0, nsc = 0;
 	int err;
@@ -351,19 +405,19 @@ int recover(struct kvs_store *s)
 		if (sc[i].bad_header)
 			drop_empty(s, &sc[i]);
 		else
-			newest = sc[i].seg;
+			newest = &sc[i];
 	}
 	if (!err && newest) {
-		size_t dropped = 0;
-
-		err = verify_newest(s, newest, &dropped);
-		/* a newest segment found whole takes new records again, so
-		 * short-lived processes do not leave a segment each */
-		if (!err && !dropped && !sc[nsc - 1].damaged &&
-		    sc[nsc - 1].seg == newest &&
-		    newest->size < s->opts.segment_size &&
-		    seg_grow(s, newest->fd) == 0)
-			newest->sealed = false;
+		err = verify_newest(s, newest);
+		if (!err)
+			cut_torn_tail(s, newest);
+		/* a newest segment found whole (or whole once its torn tail
+		 * is cut) takes new records again, so short-lived processes
+		 * do not leave a segment each */
+		if (!err && !newest->damaged && newest == &sc[nsc - 1] &&
+		    newest->seg->size < s->opts.segment_size &&
+		    seg_grow(s, newest->seg->fd) == 0)
+			newest->seg->sealed = false;
 	}
 	if (!err)
 		kvs_log(KVS_LOG_INFO,
