@@ -263,13 +263,10 @@ static int quantize_values(const struct kvs_shape *sh, enum kvs_dtype in,
 			goto out_free;
 		for (uint32_t j = 0; j < groups; j++) {
 			const float *x = row + (size_t)j * g_n;
-			float lo = x[0], hi = x[0], o, s;
+			float lo, hi, o, s;
 			int kind;
 
-			for (uint32_t i = 1; i < g_n; i++) {
-				lo = x[i] < lo ? x[i] : lo;
-				hi = x[i] > hi ? x[i] : hi;
-			}
+			group_extremes(x, g_n, &lo, &hi);
 			kind = quant_params(lo, hi, sh->bits, meta, &o, &s);
 			if (kind < 0) {
 				kvs_log(KVS_LOG_DEBUG,

@@ -364,11 +364,19 @@ float kvs_block_value(const struct kvs_view *v, uint32_t head, uint32_t token,
  * that CPUs with FMA run it as one vector instruction per 8 channels. */
 __attribute__((target_clones("fma", "default"))) static void
 dequant_row(const uint8_t *codes, const float *origin, const float *step,
-	    uint32_t per_meta, uint32_t n, float *out)
+	    uint32_t n, float *out)
 {
 	for (uint32_t d = 0; d < n; d++)
-		out[d] = fmaf(step[d / per_meta], (float)codes[d],
-			      origin[d / per_meta]);
+		out[d] = fmaf(step[d], (float)codes[d], origin[d]);
+}
+
+/* Spreads @groups per-group values over their G channels each, in place
+ * from the back so that @x holds groups * G values afterwards. */
+static void spread_groups(float *x, uint32_t groups, uint32_t g_n)
+{
+	for (uint32_t j = groups; j-- > 0;)
+		for (uint32_t i = g_n; i-- > 0;)
+			x[j * g_n + i] = x[j];
 }
 
 int kvs_block_dequantize(const struct kvs_view *view, float *keys,
@@ -400,7 +408,7 @@ int kvs_block_dequantize(const struct kvs_view *view, float *keys,
 		}
 		kvs_unpack_codes(view->section[KVS_SEC_KEY_CODES] + r * row_bytes,
 				 d_n, sh->bits, c);
-		dequant_row(c, o, s, 1, d_n, keys + r * d_n);
+		dequant_row(c, o, s, d_n, keys + r * d_n);
 	}
 	for (size_t r = 0; values && r < rows; r++) {
 		kvs_widen(m, view->section[KVS_SEC_VAL_ORIGIN], r * groups,
@@ -409,7 +417,9 @@ int kvs_block_dequantize(const struct kvs_view *view, float *keys,
 			  groups, s);
 		kvs_unpack_codes(view->section[KVS_SEC_VAL_CODES] + r * row_bytes,
 				 d_n, sh->bits, c);
-		dequant_row(c, o, s, g_n, d_n, values + r * d_n);
+		spread_groups(o, groups, g_n);
+		spread_groups(s, groups, g_n);
+		dequant_row(c, o, s, d_n, values + r * d_n);
 	}
 	rc = 0;
 out_free:

@@ -22,8 +22,15 @@ static inline int quant_params(float lo, float hi, unsigned bits,
 			       enum kvs_dtype meta, float *origin, float *step)
 {
 	float levels = (float)((1u << bits) - 1u);
-	float o = kvs_round_to(meta, lo);
-	float s = kvs_round_to(meta, (hi - lo) / levels);
+	float o, s;
+
+	/* Which zero a min or max over {-0, +0} returns depends on the order
+	 * of the reduction; adding +0 makes both +0, so the CPU and the GPU
+	 * (whatever their reduction trees) store the same origin bits. */
+	lo += 0.0f;
+	hi += 0.0f;
+	o = kvs_round_to(meta, lo);
+	s = kvs_round_to(meta, (hi - lo) / levels);
 
 	if (!isfinite(o) || !isfinite(s))
 		return -KVS_ERANGE;
@@ -57,6 +64,40 @@ static inline uint8_t quant_code(float x, float origin, float step,
 	q = q < 0.0f ? 0.0f : q;
 	q = q > levels ? levels : q;
 	return (uint8_t)q;
+}
+
+/*
+ * Minimum and maximum of @n finite values, in eight independent lanes so
+ * the loop vectorizes (the extremes of finite values do not depend on the
+ * order; quant_params makes the zero's sign canonical).
+ */
+static inline void group_extremes(const float *x, uint32_t n, float *lo,
+				  float *hi)
+{
+	float l8[8], h8[8], l, h;
+	uint32_t i = 0;
+
+	l = h = x[0];
+	if (n >= 8) {
+		for (int k = 0; k < 8; k++)
+			l8[k] = h8[k] = x[k];
+		for (i = 8; i + 8 <= n; i += 8) {
+			for (int k = 0; k < 8; k++) {
+				l8[k] = x[i + k] < l8[k] ? x[i + k] : l8[k];
+				h8[k] = x[i + k] > h8[k] ? x[i + k] : h8[k];
+			}
+		}
+		for (int k = 0; k < 8; k++) {
+			l = l8[k] < l ? l8[k] : l;
+			h = h8[k] > h ? h8[k] : h;
+		}
+	}
+	for (; i < n; i++) {
+		l = x[i] < l ? x[i] : l;
+		h = x[i] > h ? x[i] : h;
+	}
+	*lo = l;
+	*hi = h;
 }
 
 /* Unpacks @n codes of @bits each into one byte per code. */

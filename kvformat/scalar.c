@@ -59,7 +59,7 @@ uint16_t kvs_f32_to_f16(float x)
 	}
 }
 
-float kvs_f16_to_f32(uint16_t h)
+static inline float f16_to_f32(uint16_t h)
 {
 	/* Shifting the magnitude into a float's fields reads it with the
 	 * exponent biased 112 too low; scaling by 2^112 fixes that exactly,
@@ -70,6 +70,11 @@ float kvs_f16_to_f32(uint16_t h)
 	uint32_t b = (h & 0x7c00u) == 0x7c00u ? mag | 0x7f800000u : f32_bits(v);
 
 	return bits_f32(b | sign);
+}
+
+float kvs_f16_to_f32(uint16_t h)
+{
+	return f16_to_f32(h);
 }
 
 uint16_t kvs_f32_to_bf16(float x)
@@ -197,11 +202,11 @@ void kvs_widen(enum kvs_dtype t, const void *base, size_t first, size_t n,
 		return;
 	case KVS_DTYPE_BF16:
 		for (size_t i = 0; i < n; i++)
-			out[i] = kvs_bf16_to_f32(get_le16(p + 2 * (first + i)));
+			out[i] = bits_f32((uint32_t)get_le16(p + 2 * (first + i)) << 16);
 		return;
 	case KVS_DTYPE_F16:
 		for (size_t i = 0; i < n; i++)
-			out[i] = kvs_f16_to_f32(get_le16(p + 2 * (first + i)));
+			out[i] = f16_to_f32(get_le16(p + 2 * (first + i)));
 		return;
 	}
 }

@@ -489,10 +489,39 @@ static void test_stride(void **state)
 	assert_true(o1 == o2 && s1 == s2);
 }
 
+/* A group whose minimum is a zero stores the origin +0 whichever signed
+ * zero comes first, in every metadata type and through a whole block, so
+ * reductions in any order (the GPU's) agree on the bits. */
+static void test_signed_zero_origin(void **state)
+{
+	static const enum kvs_dtype metas[] = { KVS_DTYPE_F16, KVS_DTYPE_BF16,
+						 KVS_DTYPE_F32 };
+	float a[4] = { -0.0f, 0.0f, 1.0f, 2.0f };
+	float b[4] = { 0.0f, -0.0f, 1.0f, 2.0f };
+	float z[4] = { -0.0f, -0.0f, -0.0f, -0.0f };
+	uint8_t codes[4];
+	float o, s;
+
+	(void)state;
+	for (int m = 0; m < 3; m++) {
+		assert_int_equal(kvs_quant_group(a, 4, 1, 2, metas[m], codes,
+						 &o, &s), 0);
+		assert_false(signbit(o));
+		assert_int_equal(kvs_quant_group(b, 4, 1, 2, metas[m], codes,
+						 &o, &s), 0);
+		assert_false(signbit(o));
+		assert_int_equal(kvs_quant_group(z, 4, 1, 2, metas[m], codes,
+						 &o, &s), 0);
+		assert_false(signbit(o));
+		assert_true(s == 1.0f);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_key_per_token_row),
+		cmocka_unit_test(test_signed_zero_origin),
 		cmocka_unit_test(test_key_per_channel_exact),
 		cmocka_unit_test(test_key_attention_argmax),
 		cmocka_unit_test(test_value_example),
