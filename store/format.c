@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
 #include "kvstash/log.h"
@@ -76,6 +77,23 @@ static uint64_t get64(const uint8_t *p)
 uint64_t payload_checksum(const uint8_t *obj, size_t len)
 {
 	return XXH3_64bits(obj, len);
+}
+
+/* Chunks small enough to stay in L1 between being copied and hashed. */
+#define COPY_CHUNK (16u << 10)
+
+uint64_t payload_copy_checksum(uint8_t *dst, const uint8_t *src, size_t len)
+{
+	XXH3_state_t st;
+
+	XXH3_64bits_reset(&st);
+	for (size_t off = 0; off < len; off += COPY_CHUNK) {
+		size_t n = len - off < COPY_CHUNK ? len - off : COPY_CHUNK;
+
+		memcpy(dst + off, src + off, n);
+		XXH3_64bits_update(&st, dst + off, n);
+	}
+	return XXH3_64bits_digest(&st);
 }
 
 void rec_header_encode(const struct rec_header *h, uint8_t *buf)

@@ -371,9 +371,10 @@ static int stage_one(struct kvs_store *s, const uint8_t *obj, size_t len,
 			goto unpin;
 		}
 	}
-	memcpy(image + REC_HEADER_SIZE, obj, len);
+	/* the record checksum is taken of the copy, as it is copied: the
+	 * bytes stored are the bytes it describes */
+	psum = payload_copy_checksum(image + REC_HEADER_SIZE, obj, len);
 	memset(image + REC_HEADER_SIZE + len, 0, rec - REC_HEADER_SIZE - len);
-	psum = payload_checksum(obj, len);
 	/* an NVMe record of other bytes no longer describes the key (one
 	 * of the same bytes still does: the DRAM copy stays clean) */
 	if (e->seg && (e->len != len || e->psum != psum))

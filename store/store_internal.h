@@ -96,6 +96,9 @@ void rec_header_encode(const struct rec_header *h, uint8_t *buf);
 /* 0, -KVS_EMAGIC, -KVS_EVERSION, -KVS_EHDRSUM or -KVS_EBOUNDS. */
 int rec_header_decode(const uint8_t *buf, struct rec_header *out);
 uint64_t payload_checksum(const uint8_t *obj, size_t len);
+/* Copies @len bytes to @dst and returns payload_checksum() of the copy,
+ * in one pass (each chunk hashed while it is hot in cache). */
+uint64_t payload_copy_checksum(uint8_t *dst, const uint8_t *src, size_t len);
 /* Name of the record-header check an error of rec_header_decode names. */
 const char *rec_check_name(int err);
 
