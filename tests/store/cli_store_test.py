@@ -4,7 +4,8 @@
 cli_store_test.py KVSTASH WORKDIR: packs a few small blocks with
 `kvstash block pack`, stores them across separate processes, reads them
 back byte-identical, checks stat and fsck output, damages a record and
-checks that it becomes a miss, that fsck names it and --repair drops it.
+checks that it becomes a miss, that fsck names it and --repair drops it;
+appends garbage to the newest segment (a torn tail): stat counts it once.
 Exit status 0 on success, 1 with a message on the first failure.
 """
 import json
@@ -144,6 +145,21 @@ def main():
         f = json.loads(out)
         check(f["good"] == 5 and f["corrupt"] + f["torn"] == 0,
               "after repair: %r" % f)
+        for i in (0, 2, 3, 4, 5):
+            run(kvstash, "store", "get", "--dir", st, ids[i], "--out",
+                os.path.join(tmp, "x"), expect=0)
+
+        # garbage after the log end of the newest segment (a torn tail):
+        # the first open counts it and cuts it off, the next sees none
+        segs = sorted(n for n in os.listdir(st) if n.startswith("seg-"))
+        with open(os.path.join(st, segs[-1]), "ab") as fh:
+            fh.write(bytes(range(256)) * 16)
+        torn = []
+        for _ in range(2):
+            _, out, _ = run(kvstash, "store", "stat", "--dir", st, "--json",
+                            expect=0)
+            torn.append(json.loads(out)["torn_dropped"])
+        check(torn == [1, 0], "torn tail counted %r" % torn)
         for i in (0, 2, 3, 4, 5):
             run(kvstash, "store", "get", "--dir", st, ids[i], "--out",
                 os.path.join(tmp, "x"), expect=0)
