@@ -79,7 +79,13 @@ static __device__ unsigned group_meta(int mt, int bits, float lo, float hi,
 				      float *code_step)
 {
 	const float levels = (float)((1 << bits) - 1);
-	float o = round_meta(mt, lo);
+	float o;
+
+	/* -0 + +0 = +0: the zero's sign of a min/max depends on the order of
+	 * the reduction; both implementations make it canonical */
+	lo = __fadd_rn(lo, 0.0f);
+	hi = __fadd_rn(hi, 0.0f);
+	o = round_meta(mt, lo);
 	float s = round_meta(mt, __fdiv_rn(__fsub_rn(hi, lo), levels));
 
 	*origin = o;

@@ -2,9 +2,10 @@
  * test_seal.c - the CUDA seal and dequantize kernels against the CPU
  * reference: codes and metadata bit-identical to kvs_block_quantize() on
  * fresh random inputs read through engine-layout strides, with outlier
- * channels, constant groups and ranges too tiny for a step; non-finite
- * input and metadata overflow refused with the CPU's errors; the backend's
- * whole images equal to the CPU backend's; dequantization bit-exact.
+ * channels, constant groups, groups of signed zeros and ranges too tiny
+ * for a step; non-finite input and metadata overflow refused with the
+ * CPU's errors; the backend's whole images equal to the CPU backend's;
+ * dequantization bit-exact.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -44,6 +45,11 @@ static void *make_input(const struct seal_case *c, int key)
 			x = 0.71875f;                  /* constant Key group */
 		if (key && d == 9 && (tok / s->group) % 3 == 1)
 			x = (gpu_rng_next(&rng) & 1) ? 5.9604645e-8f : 0.0f;
+		if (key && d == 11 && (tok / s->group) % 4 == 2)
+			x = (gpu_rng_next(&rng) & 1) ? -0.0f : 0.0f;
+		if (!key && tok % 13 == 6 && d >= 2u * s->group &&
+		    d < 3u * s->group)
+			x = (gpu_rng_next(&rng) & 1) ? -0.0f : 0.0f;
 		if (!key && tok % 7 == 3 && d < s->group)
 			x = -1.25f;             /* constant Value group */
 		if (!key && tok % 11 == 5 && d >= s->group &&
