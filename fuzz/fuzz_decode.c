@@ -50,7 +50,8 @@ static void read_tail(const struct kvs_view *view)
 	if (f == 0)
 		abort();
 	for (int s = 0; s < KVS_TAIL_SECTIONS; s++)
-		for (size_t i = 0; i < view->hdr.section[s].logical_len / f; i++)
+		for (size_t i = 0; i < view->hdr.section[s].logical_len / f;
+		     i++)
 			sink += kvs_load(t, view->section[s], i);
 	(void)sink;
 }
@@ -79,8 +80,7 @@ static void check_recompress(const uint8_t *obj, size_t len,
 	free(packed);
 }
 
-static int headers_agree(const struct kvs_header *a,
-			 const struct kvs_header *b)
+static int headers_agree(const struct kvs_header *a, const struct kvs_header *b)
 {
 	if (a->kind != b->kind || a->total_size != b->total_size ||
 	    a->section_count != b->section_count || a->tokens != b->tokens ||

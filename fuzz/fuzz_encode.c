@@ -32,7 +32,7 @@ struct fuzz_case {
 	unsigned flags;
 	size_t n;
 	uint8_t raw[2][ELEMS_MAX * 4]; /* K, V in the input type */
-	float x[2][ELEMS_MAX];         /* the same, widened */
+	float x[2][ELEMS_MAX]; /* the same, widened */
 };
 
 static void parse(struct fuzz_case *c, const uint8_t *data, size_t size)
@@ -70,8 +70,8 @@ static int group_params(const struct fuzz_case *c, int kv, size_t first,
 			size_t stride, uint8_t *codes, float *o, float *s)
 {
 	return kvs_quant_group(c->x[kv] + first, c->shape.group, stride,
-			       c->shape.bits, (enum kvs_dtype)c->shape.meta_type,
-			       codes, o, s);
+			       c->shape.bits,
+			       (enum kvs_dtype)c->shape.meta_type, codes, o, s);
 }
 
 /* Walks every group; with @view, checks its elements. Returns the first
@@ -89,7 +89,8 @@ static int walk_groups(const struct fuzz_case *c, const struct kvs_view *view)
 			size_t stride = kv == 0 ? D : 1;
 			uint8_t codes[32];
 			float o, s, lo = INFINITY, hi = -INFINITY;
-			int rc = group_params(c, kv, first, stride, codes, &o, &s);
+			int rc = group_params(c, kv, first, stride, codes, &o,
+					      &s);
 
 			if (rc < 0)
 				return rc;
@@ -101,21 +102,24 @@ static int walk_groups(const struct fuzz_case *c, const struct kvs_view *view)
 			}
 			for (uint32_t i = 0; view != NULL && i < G; i++) {
 				float want = kvs_dequant(o, s, codes[i]);
-				float got = kv == 0 ?
-					kvs_block_key(view, h, t + i, d) :
-					kvs_block_value(view, h, t, d + i);
+				float got = kv == 0 ? kvs_block_key(view, h,
+								    t + i, d)
+						    : kvs_block_value(view, h,
+								      t, d + i);
 				float x = c->x[kv][first + i * stride];
 
 				if (memcmp(&got, &want, sizeof(got)) != 0 ||
 				    !isfinite(got) ||
 				    fabs((double)got - x) >
-					    test_group_bound(lo, hi, sh->bits, meta))
+					    test_group_bound(lo, hi, sh->bits,
+							     meta))
 					abort();
 			}
 			/* next group: Keys step along channels, then down G
 			 * tokens; Values along channel groups, then tokens */
 			if (kv == 0)
-				first += d + 1 < D ? 1 : (size_t)(G - 1) * D + 1;
+				first +=
+					d + 1 < D ? 1 : (size_t)(G - 1) * D + 1;
 			else
 				first += G;
 		}

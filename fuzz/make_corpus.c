@@ -226,7 +226,7 @@ static void encode_seeds(struct corpus *c)
 	static const struct {
 		const char *name;
 		uint8_t sel[2];
-		float special;  /* stored at element 3 when not 0 */
+		float special; /* stored at element 3 when not 0 */
 	} cases[] = {
 		{ "ok-f32-in-f16-meta-g32", { 0x02, 0x04 }, 0 },
 		{ "ok-4bit-bf16-in-f16-meta-s64-lz4", { 0x8D, 0x13 }, 0 },

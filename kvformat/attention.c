@@ -24,21 +24,21 @@
 
 /* Per-row decoding scratch: one Key group's metadata, one row's codes. */
 struct decode_scratch {
-	float *origin, *step;   /* [D] */
-	uint8_t *codes;         /* [D] */
+	float *origin, *step; /* [D] */
+	uint8_t *codes; /* [D] */
 };
 
 /* Geometry of the history, taken from the first block. */
 struct history {
 	uint32_t span, group, head_dim, bits;
 	enum kvs_dtype meta;
-	size_t row_bytes;       /* packed codes of one token of one head */
+	size_t row_bytes; /* packed codes of one token of one head */
 };
 
 static int check_blocks(const struct kvs_attn *a, struct history *hist)
 {
-	uint32_t need = a->k_quant_len > a->v_quant_len ? a->k_quant_len :
-							  a->v_quant_len;
+	uint32_t need = a->k_quant_len > a->v_quant_len ? a->k_quant_len
+							: a->v_quant_len;
 	const struct kvs_shape *shape;
 	uint32_t i, used;
 	int s;
@@ -58,15 +58,16 @@ static int check_blocks(const struct kvs_attn *a, struct history *hist)
 	    shape->head_dim % shape->group != 0 ||
 	    kvs_dtype_size((enum kvs_dtype)shape->meta_type) == 0) {
 		kvs_log(KVS_LOG_ERR,
-			"attend: block shape (H=%u D=%u G=%u S=%u b=%u) does not fit (H=%u D=%u)",
+			"attend: block shape (H=%u D=%u G=%u S=%u b=%u) does "
+			"not fit (H=%u D=%u)",
 			shape->kv_heads, shape->head_dim, shape->group,
 			shape->span, shape->bits, a->kv_heads, a->head_dim);
 		return -KVS_EPARAM;
 	}
 	if ((uint64_t)a->block_count * shape->span < need) {
 		kvs_log(KVS_LOG_ERR,
-			"attend: %u history tokens but %u blocks of %u",
-			need, a->block_count, shape->span);
+			"attend: %u history tokens but %u blocks of %u", need,
+			a->block_count, shape->span);
 		return -KVS_EPARAM;
 	}
 	if (a->k_quant_len % shape->group != 0) {
@@ -82,15 +83,16 @@ static int check_blocks(const struct kvs_attn *a, struct history *hist)
 		if (!view || view->hdr.kind != KVS_KIND_BLOCK ||
 		    !kvs_shape_same(&view->hdr.shape, shape)) {
 			kvs_log(KVS_LOG_ERR,
-				"attend: history block %u is missing, not a block or of another shape",
+				"attend: history block %u is missing, not a "
+				"block or of another shape",
 				i);
 			return -KVS_EPARAM;
 		}
 		for (s = KVS_SEC_KEY_CODES; s < KVS_BLOCK_SECTIONS; s++) {
 			if (!view->section[s]) {
 				kvs_log(KVS_LOG_ERR,
-					"attend: block %u has no section %d",
-					i, s);
+					"attend: block %u has no section %d", i,
+					s);
 				return -KVS_EPARAM;
 			}
 		}
@@ -123,9 +125,8 @@ static int check_resid(const char *what, const float *rows, uint32_t len,
 	if (len == 0)
 		return 0;
 	if (!rows || stride < len) {
-		kvs_log(KVS_LOG_ERR,
-			"attend: %s residual of %u rows: %s", what, len,
-			rows ? "stride too small" : "no rows");
+		kvs_log(KVS_LOG_ERR, "attend: %s residual of %u rows: %s", what,
+			len, rows ? "stride too small" : "no rows");
 		return -KVS_EPARAM;
 	}
 	for (h = 0; h < a->kv_heads; h++) {
@@ -148,7 +149,8 @@ static int check_attn(const struct kvs_attn *a, struct history *hist)
 	if (!a || !a->q || !a->out || a->kv_heads == 0 || a->head_dim == 0 ||
 	    a->q_heads == 0 || a->q_heads % a->kv_heads != 0) {
 		kvs_log(KVS_LOG_ERR,
-			"attend: need q, out, kv_heads > 0, head_dim > 0 and q_heads a multiple of kv_heads");
+			"attend: need q, out, kv_heads > 0, head_dim > 0 and "
+			"q_heads a multiple of kv_heads");
 		return -KVS_EPARAM;
 	}
 	k_total = (uint64_t)a->k_quant_len + a->k_resid_len;
@@ -159,7 +161,8 @@ static int check_attn(const struct kvs_attn *a, struct history *hist)
 	}
 	if (k_total != v_total) {
 		kvs_log(KVS_LOG_ERR,
-			"attend: Keys cover %llu tokens (%u + %u), Values %llu (%u + %u)",
+			"attend: Keys cover %llu tokens (%u + %u), Values %llu "
+			"(%u + %u)",
 			(unsigned long long)k_total, a->k_quant_len,
 			a->k_resid_len, (unsigned long long)v_total,
 			a->v_quant_len, a->v_resid_len);
@@ -177,8 +180,8 @@ static int check_attn(const struct kvs_attn *a, struct history *hist)
 		kvs_log(KVS_LOG_ERR, "attend: non-finite query or scale");
 		return -KVS_ENONFINITE;
 	}
-	err = check_resid("Key", a->k_resid, a->k_resid_len,
-			  a->k_resid_stride, a);
+	err = check_resid("Key", a->k_resid, a->k_resid_len, a->k_resid_stride,
+			  a);
 	if (err)
 		return err;
 	return check_resid("Value", a->v_resid, a->v_resid_len,
@@ -193,15 +196,15 @@ static void unpack_row(const uint8_t *packed, uint32_t n, unsigned bits,
 	uint32_t i;
 
 	for (i = 0; i < n; i++)
-		codes[i] = (packed[i / per_byte] >> (i % per_byte * bits)) &
-			   mask;
+		codes[i] =
+			(packed[i / per_byte] >> (i % per_byte * bits)) & mask;
 }
 
 /* Keys of tokens [0, n) of @head in @view into rows[n][D]; each group's
  * origins and steps are loaded once. */
-static void decode_keys(const struct history *hist,
-			const struct kvs_view *view, uint32_t head,
-			uint32_t n, struct decode_scratch *ds, float *rows)
+static void decode_keys(const struct history *hist, const struct kvs_view *view,
+			uint32_t head, uint32_t n, struct decode_scratch *ds,
+			float *rows)
 {
 	const uint8_t *codes = view->section[KVS_SEC_KEY_CODES];
 	const void *origins = view->section[KVS_SEC_KEY_ORIGIN];
@@ -214,14 +217,14 @@ static void decode_keys(const struct history *hist,
 		float *out = rows + (size_t)t * D;
 
 		if (t % G == 0) {
-			size_t base = ((size_t)head * groups_per_head + t / G) *
-				      D;
+			size_t base =
+				((size_t)head * groups_per_head + t / G) * D;
 
 			for (d = 0; d < D; d++) {
-				ds->origin[d] = kvs_load(hist->meta, origins,
-							 base + d);
-				ds->step[d] = kvs_load(hist->meta, steps,
-						       base + d);
+				ds->origin[d] =
+					kvs_load(hist->meta, origins, base + d);
+				ds->step[d] =
+					kvs_load(hist->meta, steps, base + d);
 			}
 		}
 		unpack_row(codes + ((size_t)head * hist->span + t) *
@@ -258,8 +261,8 @@ static void decode_values(const struct history *hist,
 			uint32_t i;
 
 			for (i = d; i < d + G; i++)
-				out[i] = fmaf(step, (float)ds->codes[i],
-					      origin);
+				out[i] =
+					fmaf(step, (float)ds->codes[i], origin);
 		}
 	}
 }
@@ -292,10 +295,10 @@ static void axpy(double *acc, double w, const float *v, uint32_t n)
 
 /* Scratch for one KV head and its query heads. */
 struct work {
-	double *logits;         /* [ratio][tokens] */
-	double *acc;            /* [ratio][D] */
-	double *total;          /* [ratio] softmax denominators */
-	float *rows;            /* [S][D] decoded history of one block */
+	double *logits; /* [ratio][tokens] */
+	double *acc; /* [ratio][D] */
+	double *total; /* [ratio] softmax denominators */
+	float *rows; /* [S][D] decoded history of one block */
 	struct decode_scratch ds;
 };
 
@@ -307,8 +310,9 @@ static void head_logits(const struct kvs_attn *a, const struct history *hist,
 
 	for (b = 0; (uint64_t)b * hist->span < a->k_quant_len; b++) {
 		uint32_t first = b * hist->span;
-		uint32_t n = a->k_quant_len - first < hist->span ?
-				     a->k_quant_len - first : hist->span;
+		uint32_t n = a->k_quant_len - first < hist->span
+				     ? a->k_quant_len - first
+				     : hist->span;
 
 		decode_keys(hist, a->blocks[b], h, n, &w->ds, w->rows);
 		for (i = 0; i < ratio; i++) {
@@ -324,7 +328,8 @@ static void head_logits(const struct kvs_attn *a, const struct history *hist,
 		const float *q = a->q + ((size_t)h * ratio + i) * D;
 
 		for (t = 0; t < a->k_resid_len; t++) {
-			const float *k = a->k_resid +
+			const float *k =
+				a->k_resid +
 				((size_t)h * a->k_resid_stride + t) * D;
 
 			w->logits[(size_t)i * tokens + a->k_quant_len + t] =
@@ -362,8 +367,9 @@ static void head_output(const struct kvs_attn *a, const struct history *hist,
 	memset(w->acc, 0, sizeof(*w->acc) * ratio * D);
 	for (b = 0; (uint64_t)b * hist->span < a->v_quant_len; b++) {
 		uint32_t first = b * hist->span;
-		uint32_t n = a->v_quant_len - first < hist->span ?
-				     a->v_quant_len - first : hist->span;
+		uint32_t n = a->v_quant_len - first < hist->span
+				     ? a->v_quant_len - first
+				     : hist->span;
 
 		decode_values(hist, a->blocks[b], h, n, &w->ds, w->rows);
 		for (i = 0; i < ratio; i++)

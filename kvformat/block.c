@@ -118,14 +118,15 @@ int kvs_tail_layout(const struct kvs_shape *shape, enum kvs_dtype dtype,
 	if (rc < 0)
 		return rc;
 	if (f == 0 || r_k >= shape->residual || r_v > shape->residual) {
-		kvs_log(KVS_LOG_DEBUG, "invalid tail: dtype %d r_k %u r_v %u R %u",
-			(int)dtype, r_k, r_v, shape->residual);
+		kvs_log(KVS_LOG_DEBUG,
+			"invalid tail: dtype %d r_k %u r_v %u R %u", (int)dtype,
+			r_k, r_v, shape->residual);
 		return -KVS_EPARAM;
 	}
-	len[KVS_SEC_KEY_RESID] = (uint32_t)(shape->kv_heads * r_k *
-					    shape->head_dim * f);
-	len[KVS_SEC_VAL_RESID] = (uint32_t)(shape->kv_heads * r_v *
-					    shape->head_dim * f);
+	len[KVS_SEC_KEY_RESID] =
+		(uint32_t)(shape->kv_heads * r_k * shape->head_dim * f);
+	len[KVS_SEC_VAL_RESID] =
+		(uint32_t)(shape->kv_heads * r_v * shape->head_dim * f);
 	layout_fill(out, len, KVS_TAIL_SECTIONS);
 	return 0;
 }
@@ -190,7 +191,8 @@ static int quantize_keys(const struct kvs_shape *sh, enum kvs_dtype in,
 			size_t first = (size_t)h * sh->span + t0;
 			size_t meta_at = first / g_n * d_n;
 
-			kvs_widen(in, keys, first * d_n, (size_t)g_n * d_n, tile);
+			kvs_widen(in, keys, first * d_n, (size_t)g_n * d_n,
+				  tile);
 			rc = tile_finite(tile, (size_t)g_n * d_n, "key", h, t0,
 					 d_n);
 			if (rc < 0)
@@ -211,7 +213,8 @@ static int quantize_keys(const struct kvs_shape *sh, enum kvs_dtype in,
 
 				if (kind < 0) {
 					kvs_log(KVS_LOG_DEBUG,
-						"key group out of %s range: head %u token %u channel %u",
+						"key group out of %s range: "
+						"head %u token %u channel %u",
 						kvs_dtype_name(meta), h, t0, d);
 					rc = kind;
 					goto out_free;
@@ -228,7 +231,8 @@ static int quantize_keys(const struct kvs_shape *sh, enum kvs_dtype in,
 				uint8_t *out = codes + (first + t) * row_bytes;
 
 				for (uint32_t d = 0; d < d_n; d++)
-					c[d] = quant_code(row[d], o[d], s[d], levels);
+					c[d] = quant_code(row[d], o[d], s[d],
+							  levels);
 				kvs_pack_codes(c, d_n, sh->bits, out);
 			}
 		}
@@ -270,7 +274,8 @@ static int quantize_values(const struct kvs_shape *sh, enum kvs_dtype in,
 			kind = quant_params(lo, hi, sh->bits, meta, &o, &s);
 			if (kind < 0) {
 				kvs_log(KVS_LOG_DEBUG,
-					"value group out of %s range: head %zu token %zu group %u",
+					"value group out of %s range: head %zu "
+					"token %zu group %u",
 					kvs_dtype_name(meta), ht / sh->span,
 					ht % sh->span, j);
 				rc = kind;
@@ -449,8 +454,8 @@ static int tail_copy(const struct kvs_shape *sh, enum kvs_dtype dtype,
 		float v = kvs_load(dtype, src, i);
 
 		if (!isfinite(v)) {
-			kvs_log(KVS_LOG_DEBUG, "non-finite residual element %zu",
-				i);
+			kvs_log(KVS_LOG_DEBUG,
+				"non-finite residual element %zu", i);
 			return -KVS_ENONFINITE;
 		}
 	}

@@ -51,7 +51,8 @@ static void header_parse(const uint8_t *b, struct kvs_header *h)
 	memcpy(h->ident.parent_id, b + HDR_PARENT_ID, KVS_ID_SIZE);
 	memcpy(h->ident.model_fp, b + HDR_MODEL_FP, KVS_ID_SIZE);
 	for (uint32_t i = 0; i < KVS_SECTION_MAX; i++) {
-		const uint8_t *e = b + HDR_SECTION_TABLE + i * HDR_SECTION_ENTRY;
+		const uint8_t *e =
+			b + HDR_SECTION_TABLE + i * HDR_SECTION_ENTRY;
 
 		h->section[i].offset = get32(e + SEC_OFFSET);
 		h->section[i].stored_len = get32(e + SEC_STORED);
@@ -98,12 +99,14 @@ static int header_fields_check(const uint8_t *b, const struct kvs_header *h,
 	if (kvs_object_layout(h, lay) < 0)
 		return reject(-KVS_ECORRUPT, "shape parameters");
 	for (uint32_t i = 0; i < KVS_SECTION_MAX; i++) {
-		const uint8_t *e = b + HDR_SECTION_TABLE + i * HDR_SECTION_ENTRY;
+		const uint8_t *e =
+			b + HDR_SECTION_TABLE + i * HDR_SECTION_ENTRY;
 
 		if (i >= expect ? !all_zero(e, HDR_SECTION_ENTRY)
 				: !all_zero(e + SEC_CODEC + 1, 3) ||
 					  !all_zero(e + SEC_CHECKSUM + 8, 8))
-			return reject(-KVS_ECORRUPT, "section table reserved bytes");
+			return reject(-KVS_ECORRUPT,
+				      "section table reserved bytes");
 	}
 	return 0;
 }
@@ -127,7 +130,8 @@ static int sections_check(const struct kvs_header *h,
 			return reject(-KVS_EBOUNDS, "section logical length");
 		if (s->codec == KVS_CODEC_RAW) {
 			if (s->stored_len != s->logical_len)
-				return reject(-KVS_EBOUNDS, "raw section length");
+				return reject(-KVS_EBOUNDS,
+					      "raw section length");
 		} else if (s->codec == KVS_CODEC_LZ4) {
 			/* LZ4 expands at most about 255:1; refusing more
 			 * keeps a forged header from making us allocate
@@ -136,7 +140,8 @@ static int sections_check(const struct kvs_header *h,
 			    s->stored_len >= s->logical_len ||
 			    s->stored_len == 0 ||
 			    s->logical_len > 255ull * s->stored_len + 255)
-				return reject(-KVS_EBOUNDS, "lz4 section length");
+				return reject(-KVS_EBOUNDS,
+					      "lz4 section length");
 		} else {
 			return reject(-KVS_EBOUNDS, "unknown section codec");
 		}
@@ -226,11 +231,13 @@ static int payload_finite(const struct kvs_view *v)
 
 		if (metadata_finite(m, v->section[KVS_SEC_KEY_ORIGIN],
 				    v->section[KVS_SEC_KEY_STEP],
-				    h->section[KVS_SEC_KEY_ORIGIN].logical_len / e,
+				    h->section[KVS_SEC_KEY_ORIGIN].logical_len /
+					    e,
 				    levels) ||
 		    metadata_finite(m, v->section[KVS_SEC_VAL_ORIGIN],
 				    v->section[KVS_SEC_VAL_STEP],
-				    h->section[KVS_SEC_VAL_ORIGIN].logical_len / e,
+				    h->section[KVS_SEC_VAL_ORIGIN].logical_len /
+					    e,
 				    levels))
 			return reject(-KVS_EMETA, "metadata");
 		return 0;
@@ -277,8 +284,10 @@ int kvs_object_open(const uint8_t *buf, size_t len, unsigned flags,
 		for (uint32_t i = 0; i < v.hdr.section_count; i++) {
 			const struct kvs_section *s = &v.hdr.section[i];
 
-			if (kvs_xxh3(buf + s->offset, s->stored_len) != s->checksum)
-				return reject(-KVS_ESECTSUM, "section checksum");
+			if (kvs_xxh3(buf + s->offset, s->stored_len) !=
+			    s->checksum)
+				return reject(-KVS_ESECTSUM,
+					      "section checksum");
 		}
 	}
 	if (owned_len) {
@@ -294,9 +303,9 @@ int kvs_object_open(const uint8_t *buf, size_t len, unsigned flags,
 			v.section[i] = buf + s->offset;
 			continue;
 		}
-		got = LZ4_decompress_safe((const char *)buf + s->offset,
-					  (char *)v.owned + at, (int)s->stored_len,
-					  (int)s->logical_len);
+		got = LZ4_decompress_safe(
+			(const char *)buf + s->offset, (char *)v.owned + at,
+			(int)s->stored_len, (int)s->logical_len);
 		if (got != (int)s->logical_len) {
 			rc = reject(-KVS_ELZ4, "lz4 section");
 			goto out_release;
@@ -337,10 +346,12 @@ float kvs_block_key(const struct kvs_view *v, uint32_t head, uint32_t token,
 	const struct kvs_shape *sh = &v->hdr.shape;
 	size_t row = (size_t)head * sh->span + token;
 	size_t m = ((size_t)head * (sh->span / sh->group) + token / sh->group) *
-			   sh->head_dim + channel;
-	unsigned code = kvs_packed_code(v->section[KVS_SEC_KEY_CODES] +
-						row * sh->head_dim * sh->bits / 8,
-					channel, sh->bits);
+			   sh->head_dim +
+		   channel;
+	unsigned code =
+		kvs_packed_code(v->section[KVS_SEC_KEY_CODES] +
+					row * sh->head_dim * sh->bits / 8,
+				channel, sh->bits);
 
 	return kvs_dequant(meta_at(v, KVS_SEC_KEY_ORIGIN, m),
 			   meta_at(v, KVS_SEC_KEY_STEP, m), code);
@@ -352,9 +363,10 @@ float kvs_block_value(const struct kvs_view *v, uint32_t head, uint32_t token,
 	const struct kvs_shape *sh = &v->hdr.shape;
 	size_t row = (size_t)head * sh->span + token;
 	size_t m = row * (sh->head_dim / sh->group) + channel / sh->group;
-	unsigned code = kvs_packed_code(v->section[KVS_SEC_VAL_CODES] +
-						row * sh->head_dim * sh->bits / 8,
-					channel, sh->bits);
+	unsigned code =
+		kvs_packed_code(v->section[KVS_SEC_VAL_CODES] +
+					row * sh->head_dim * sh->bits / 8,
+				channel, sh->bits);
 
 	return kvs_dequant(meta_at(v, KVS_SEC_VAL_ORIGIN, m),
 			   meta_at(v, KVS_SEC_VAL_STEP, m), code);
@@ -406,7 +418,8 @@ int kvs_block_dequantize(const struct kvs_view *view, float *keys,
 			kvs_widen(m, view->section[KVS_SEC_KEY_STEP],
 				  r / g_n * d_n, d_n, s);
 		}
-		kvs_unpack_codes(view->section[KVS_SEC_KEY_CODES] + r * row_bytes,
+		kvs_unpack_codes(view->section[KVS_SEC_KEY_CODES] +
+					 r * row_bytes,
 				 d_n, sh->bits, c);
 		dequant_row(c, o, s, d_n, keys + r * d_n);
 	}
@@ -415,7 +428,8 @@ int kvs_block_dequantize(const struct kvs_view *view, float *keys,
 			  groups, o);
 		kvs_widen(m, view->section[KVS_SEC_VAL_STEP], r * groups,
 			  groups, s);
-		kvs_unpack_codes(view->section[KVS_SEC_VAL_CODES] + r * row_bytes,
+		kvs_unpack_codes(view->section[KVS_SEC_VAL_CODES] +
+					 r * row_bytes,
 				 d_n, sh->bits, c);
 		spread_groups(o, groups, g_n);
 		spread_groups(s, groups, g_n);

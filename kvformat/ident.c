@@ -53,8 +53,8 @@ static int digest_end(EVP_MD_CTX *ctx, int rc, uint8_t out[KVS_ID_SIZE])
 	uint8_t md[EVP_MAX_MD_SIZE];
 	unsigned int n = 0;
 
-	if (rc == 0 && (EVP_DigestFinal_ex(ctx, md, &n) != 1 ||
-			n != KVS_ID_SIZE))
+	if (rc == 0 &&
+	    (EVP_DigestFinal_ex(ctx, md, &n) != 1 || n != KVS_ID_SIZE))
 		rc = -EIO;
 	EVP_MD_CTX_free(ctx);
 	if (rc < 0) {

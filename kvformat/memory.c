@@ -78,11 +78,11 @@ int kvs_memory_account(uint64_t tokens, uint32_t head_dim, uint32_t group,
 	if (!out || layers == 0 || kv_heads == 0 || batch == 0 ||
 	    head_dim == 0 || head_dim > UINT16_MAX || group == 0 ||
 	    group > UINT16_MAX || kv_heads > UINT16_MAX || residual == 0 ||
-	    (bits != 2 && bits != 4) ||
-	    dtype_of_size(meta_bytes, &meta) != 0 ||
+	    (bits != 2 && bits != 4) || dtype_of_size(meta_bytes, &meta) != 0 ||
 	    dtype_of_size(float_bytes, &tail_dtype) != 0) {
-		kvs_log(KVS_LOG_ERR,
-			"memory: need positive sizes (head_dim, group, kv_heads <= 65535), bits 2|4, meta and float bytes 2|4");
+		kvs_log(KVS_LOG_ERR, "memory: need positive sizes (head_dim, "
+				     "group, kv_heads <= 65535), bits 2|4, "
+				     "meta and float bytes 2|4");
 		return -KVS_EPARAM;
 	}
 	shape.kv_heads = (uint16_t)kv_heads;

@@ -51,14 +51,14 @@ void kvs_pack_codes(const uint8_t *codes, size_t n, unsigned bits,
 	/* Whole bytes first, in a loop the compiler vectorizes. */
 	if (bits == 2) {
 		for (size_t i = 0; i < whole; i++)
-			packed[i] = (uint8_t)(codes[4 * i] |
-					      codes[4 * i + 1] << 2 |
-					      codes[4 * i + 2] << 4 |
-					      codes[4 * i + 3] << 6);
+			packed[i] =
+				(uint8_t)(codes[4 * i] | codes[4 * i + 1] << 2 |
+					  codes[4 * i + 2] << 4 |
+					  codes[4 * i + 3] << 6);
 	} else {
 		for (size_t i = 0; i < whole; i++)
-			packed[i] = (uint8_t)(codes[2 * i] |
-					      codes[2 * i + 1] << 4);
+			packed[i] =
+				(uint8_t)(codes[2 * i] | codes[2 * i + 1] << 4);
 	}
 	if (whole * per_byte == n)
 		return;

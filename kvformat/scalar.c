@@ -123,10 +123,10 @@ int kvs_dtype_parse(const char *s, enum kvs_dtype *out)
 		const char *name;
 		enum kvs_dtype type;
 	} names[] = {
-		{ "f32", KVS_DTYPE_F32 },   { "fp32", KVS_DTYPE_F32 },
+		{ "f32", KVS_DTYPE_F32 },     { "fp32", KVS_DTYPE_F32 },
 		{ "float32", KVS_DTYPE_F32 }, { "f16", KVS_DTYPE_F16 },
-		{ "fp16", KVS_DTYPE_F16 },  { "float16", KVS_DTYPE_F16 },
-		{ "bf16", KVS_DTYPE_BF16 }, { "bfloat16", KVS_DTYPE_BF16 },
+		{ "fp16", KVS_DTYPE_F16 },    { "float16", KVS_DTYPE_F16 },
+		{ "bf16", KVS_DTYPE_BF16 },   { "bfloat16", KVS_DTYPE_BF16 },
 	};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -202,7 +202,8 @@ void kvs_widen(enum kvs_dtype t, const void *base, size_t first, size_t n,
 		return;
 	case KVS_DTYPE_BF16:
 		for (size_t i = 0; i < n; i++)
-			out[i] = bits_f32((uint32_t)get_le16(p + 2 * (first + i)) << 16);
+			out[i] = bits_f32(
+				(uint32_t)get_le16(p + 2 * (first + i)) << 16);
 		return;
 	case KVS_DTYPE_F16:
 		for (size_t i = 0; i < n; i++)

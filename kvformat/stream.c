@@ -60,17 +60,17 @@ struct kvs_stream {
 	uint32_t q_heads;
 	const struct kvs_backend_ops *backend;
 	struct kvs_ident ident;
-	uint32_t block_size;            /* bytes of one uncompressed block */
-	struct kvs_lengths len;         /* persisted lengths */
-	struct sealed **blocks;         /* finished blocks */
-	const struct kvs_view **views;  /* block_cap + 1, for attention */
+	uint32_t block_size; /* bytes of one uncompressed block */
+	struct kvs_lengths len; /* persisted lengths */
+	struct sealed **blocks; /* finished blocks */
+	const struct kvs_view **views; /* block_cap + 1, for attention */
 	uint32_t block_count, block_cap;
-	struct sealed *open;            /* image of the open block, or NULL */
-	float *win_k, *win_v;           /* [kv_heads][win_cap][D] */
-	uint32_t win_start, win_cap;    /* first token held in the window */
-	float *seal_k, *seal_v;         /* [kv_heads][S][D] gather buffers */
-	uint32_t *positions;            /* [S] for block ids */
-	float *attn_out;                /* [q_heads][D] */
+	struct sealed *open; /* image of the open block, or NULL */
+	float *win_k, *win_v; /* [kv_heads][win_cap][D] */
+	uint32_t win_start, win_cap; /* first token held in the window */
+	float *seal_k, *seal_v; /* [kv_heads][S][D] gather buffers */
+	uint32_t *positions; /* [S] for block ids */
+	float *attn_out; /* [q_heads][D] */
 };
 
 /* Frees @s, its view and its bytes; a view never opened is all-zero. */
@@ -105,8 +105,8 @@ static size_t row_floats(const struct kvs_stream *st)
 	return (size_t)st->shape.kv_heads * st->shape.head_dim;
 }
 
-static float *win_row(const struct kvs_stream *st, float *base,
-		      uint32_t head, uint32_t token)
+static float *win_row(const struct kvs_stream *st, float *base, uint32_t head,
+		      uint32_t token)
 {
 	return base + ((size_t)head * st->win_cap + (token - st->win_start)) *
 			      st->shape.head_dim;
@@ -131,7 +131,8 @@ static int check_config(const struct kvs_stream_config *cfg)
 	}
 	if (cfg->q_heads == 0 || cfg->q_heads % cfg->shape.kv_heads != 0) {
 		kvs_log(KVS_LOG_ERR,
-			"stream: q_heads %u is not a positive multiple of kv_heads %u",
+			"stream: q_heads %u is not a positive multiple of "
+			"kv_heads %u",
 			cfg->q_heads, cfg->shape.kv_heads);
 		return -KVS_EPARAM;
 	}
@@ -521,9 +522,8 @@ int kvs_stream_step(struct kvs_stream *st, const float *q, const float *k,
 }
 
 /* Causal full-precision attention of every prompt token, into @out. */
-static int prefill_attend(struct kvs_stream *st, const float *q,
-			  const float *k, const float *v, uint32_t tokens,
-			  float *out)
+static int prefill_attend(struct kvs_stream *st, const float *q, const float *k,
+			  const float *v, uint32_t tokens, float *out)
 {
 	uint32_t H = st->shape.kv_heads, D = st->shape.head_dim, h, t;
 	size_t q_floats = (size_t)st->q_heads * D;
@@ -581,8 +581,8 @@ int kvs_stream_prefill(struct kvs_stream *st, const float *q, const float *k,
 
 	if (!st || !k || !v || tokens == 0 || tokens == UINT32_MAX ||
 	    (out && !q)) {
-		kvs_log(KVS_LOG_ERR,
-			"stream prefill: need k, v, tokens > 0, and q when out is given");
+		kvs_log(KVS_LOG_ERR, "stream prefill: need k, v, tokens > 0, "
+				     "and q when out is given");
 		return -KVS_EPARAM;
 	}
 	if (st->len.tokens != 0) {
@@ -655,8 +655,7 @@ uint32_t kvs_stream_block_count(const struct kvs_stream *st)
 	return st ? st->block_count : 0;
 }
 
-const struct kvs_view *kvs_stream_block(const struct kvs_stream *st,
-					uint32_t i)
+const struct kvs_view *kvs_stream_block(const struct kvs_stream *st, uint32_t i)
 {
 	if (!st || i >= st->block_count)
 		return NULL;
@@ -682,15 +681,16 @@ static int check_handoff(const struct kvs_stream *st,
 	const struct kvs_ident *id = &view->hdr.ident;
 
 	if (view->hdr.kind != kind) {
-		kvs_log(KVS_LOG_ERR, "stream resume: %s %u is of kind %u",
-			what, index, view->hdr.kind);
+		kvs_log(KVS_LOG_ERR, "stream resume: %s %u is of kind %u", what,
+			index, view->hdr.kind);
 		return -KVS_EKIND;
 	}
 	if (!kvs_shape_same(&view->hdr.shape, &st->shape) ||
 	    id->layer != st->ident.layer ||
 	    memcmp(id->model_fp, st->ident.model_fp, KVS_ID_SIZE) != 0) {
 		kvs_log(KVS_LOG_ERR,
-			"stream resume: %s %u is of another shape, layer or model",
+			"stream resume: %s %u is of another shape, layer or "
+			"model",
 			what, index);
 		return -KVS_EPARAM;
 	}
@@ -698,8 +698,7 @@ static int check_handoff(const struct kvs_stream *st,
 }
 
 /* Copies, opens and checks handoff block st->block_count. */
-static int resume_block(struct kvs_stream *st, const uint8_t *bytes,
-			size_t len)
+static int resume_block(struct kvs_stream *st, const uint8_t *bytes, size_t len)
 {
 	uint32_t index = st->block_count;
 	const struct kvs_ident *id;
@@ -725,7 +724,8 @@ static int resume_block(struct kvs_stream *st, const uint8_t *bytes,
 	if (id->first_pos != (uint64_t)index * st->shape.span ||
 	    (index > 0 && memcmp(id->parent_id, parent, KVS_ID_SIZE) != 0)) {
 		kvs_log(KVS_LOG_ERR,
-			"stream resume: block %u is not at position %llu after block %u",
+			"stream resume: block %u is not at position %llu after "
+			"block %u",
 			index, (unsigned long long)index * st->shape.span,
 			index ? index - 1 : 0);
 		err = -KVS_EPARAM;
@@ -757,9 +757,10 @@ static int resume_tail(struct kvs_stream *st, const struct kvs_view *tail)
 	if (tokens >= UINT32_MAX || tokens - k_quant != r_k ||
 	    r_v != (tokens < R ? tokens : R)) {
 		kvs_log(KVS_LOG_ERR,
-			"stream resume: tail (first_pos %llu, r_K %u, r_V %u) does not follow %u blocks of %u",
-			(unsigned long long)tail->hdr.ident.first_pos, r_k,
-			r_v, st->block_count, st->shape.span);
+			"stream resume: tail (first_pos %llu, r_K %u, r_V %u) "
+			"does not follow %u blocks of %u",
+			(unsigned long long)tail->hdr.ident.first_pos, r_k, r_v,
+			st->block_count, st->shape.span);
 		return -KVS_EPARAM;
 	}
 	st->len.tokens = (uint32_t)tokens;
@@ -770,18 +771,18 @@ static int resume_tail(struct kvs_stream *st, const struct kvs_view *tail)
 		for (t = st->len.v_quant; t < st->len.tokens; t++) {
 			float *krow = win_row(st, st->win_k, h, t);
 			float *vrow = win_row(st, st->win_v, h, t);
-			size_t v_at = ((size_t)h * r_v + t -
-				       st->len.v_quant) * D;
-			size_t k_at = ((size_t)h * r_k + t -
-				       st->len.k_quant) * D;
+			size_t v_at =
+				((size_t)h * r_v + t - st->len.v_quant) * D;
+			size_t k_at =
+				((size_t)h * r_k + t - st->len.k_quant) * D;
 
 			/* Keys below k_quant are in the blocks. */
 			for (d = 0; d < D; d++) {
 				vrow[d] = kvs_load(dtype, values, v_at + d);
-				krow[d] = t < st->len.k_quant ?
-						  0.0f :
-						  kvs_load(dtype, keys,
-							   k_at + d);
+				krow[d] = t < st->len.k_quant
+						  ? 0.0f
+						  : kvs_load(dtype, keys,
+							     k_at + d);
 			}
 		}
 	}
@@ -869,7 +870,8 @@ int kvs_stream_tail(const struct kvs_stream *st, enum kvs_dtype dtype,
 		/* Only when S > R and the open block holds sealed Keys: a
 		 * tail carries at most R - 1 Key and R Value rows. */
 		kvs_log(KVS_LOG_ERR,
-			"stream tail: %u Key rows outside finished blocks exceed R - 1 = %u (S > R, open block)",
+			"stream tail: %u Key rows outside finished blocks "
+			"exceed R - 1 = %u (S > R, open block)",
 			r_k, st->shape.residual - 1);
 		return -KVS_EPARAM;
 	}

@@ -2,7 +2,7 @@
 # Installs what kvstash needs to build and test, from Debian 12 packages only.
 # Safe to run twice.  Run as root (or through sudo).
 set -eu
-pkgs="build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
+pkgs="build-essential meson ninja-build pkg-config clang clang-format libclang-rt-14-dev
       libcmocka-dev liburing-dev libucx-dev ucx-utils liblz4-dev libxxhash-dev
       libssl-dev fio python3 iproute2"
 missing=""

@@ -20,8 +20,7 @@
 #define SLAB_MIN (64u << 10)
 #define HUGE_2M (2u << 20)
 
-int (*kvs_store_host_register_hook)(void *base, size_t len,
-				    bool unregister);
+int (*kvs_store_host_register_hook)(void *base, size_t len, bool unregister);
 
 static void build_classes(struct dram *d)
 {
@@ -32,8 +31,8 @@ static void build_classes(struct dram *d)
 		d->class_size[d->nclasses++] = size;
 		if (size >= d->slab_size)
 			break;
-		uint64_t next = align_up((uint64_t)size * 9 / 8,
-					 KVS_STORE_ALIGN);
+		uint64_t next =
+			align_up((uint64_t)size * 9 / 8, KVS_STORE_ALIGN);
 		if (next < size + KVS_STORE_ALIGN)
 			next = size + KVS_STORE_ALIGN;
 		size = next > d->slab_size ? d->slab_size : (uint32_t)next;
@@ -54,8 +53,8 @@ static void *map_arena(size_t len, bool *huge)
 			return p;
 		}
 	}
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		 -1, 0);
 	if (p == MAP_FAILED)
 		return NULL;
 	madvise(p, len, MADV_HUGEPAGE);

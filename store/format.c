@@ -25,9 +25,9 @@
 #include "kvstash/log.h"
 #include "store_internal.h"
 
-#define SB_MAGIC 0x45524f5453535653ull   /* "KVSSTORE" */
-#define SEG_MAGIC 0x313047455353564bull  /* "KVSSEG01" */
-#define REC_MAGIC 0x5253564bu            /* "KVSR" */
+#define SB_MAGIC 0x45524f5453535653ull /* "KVSSTORE" */
+#define SEG_MAGIC 0x313047455353564bull /* "KVSSEG01" */
+#define REC_MAGIC 0x5253564bu /* "KVSR" */
 #define SB_SIZE 64
 
 _Static_assert(REC_HEADER_SIZE == 128, "record header is 128 bytes");
@@ -226,8 +226,7 @@ int dir_fsync(const struct kvs_store_io_ops *io, const char *dir)
 
 	fd = io->open(io->ctx, dir, O_RDONLY | O_DIRECTORY, 0);
 	if (fd < 0) {
-		kvs_log(KVS_LOG_ERR, "store: open %s: %s", dir,
-			strerror(-fd));
+		kvs_log(KVS_LOG_ERR, "store: open %s: %s", dir, strerror(-fd));
 		return fd;
 	}
 	err = io->fsync(io->ctx, fd);
@@ -238,8 +237,8 @@ int dir_fsync(const struct kvs_store_io_ops *io, const char *dir)
 	return err;
 }
 
-static int superblock_create(const struct kvs_store_io_ops *io,
-			     const char *dir, const char *path)
+static int superblock_create(const struct kvs_store_io_ops *io, const char *dir,
+			     const char *path)
 {
 	uint8_t sb[SB_SIZE] = { 0 };
 	char tmp[4200];
@@ -299,7 +298,9 @@ int superblock_check(const struct kvs_store_io_ops *io, const char *dir,
 	}
 	if (get32(sb + 8) > KVS_STORE_FORMAT_VERSION) {
 		kvs_log(KVS_LOG_ERR,
-			"store: %s was written by a newer kvstash (store format %u, this one reads up to %u); refusing to open it",
+			"store: %s was written by a newer kvstash (store "
+			"format %u, this one reads up to %u); refusing to open "
+			"it",
 			dir, get32(sb + 8), KVS_STORE_FORMAT_VERSION);
 		return -KVS_EVERSION;
 	}
@@ -362,8 +363,8 @@ static int collect_id(void *arg, const char *name)
 	return 0;
 }
 
-int seg_list(const struct kvs_store_io_ops *io, const char *dir,
-	     uint64_t **ids, size_t *n)
+int seg_list(const struct kvs_store_io_ops *io, const char *dir, uint64_t **ids,
+	     size_t *n)
 {
 	struct id_list l = { 0 };
 	int err = io->list(io->ctx, dir, collect_id, &l);
@@ -381,8 +382,8 @@ int seg_list(const struct kvs_store_io_ops *io, const char *dir,
 	return 0;
 }
 
-int store_lock(const struct kvs_store_io_ops *io, const char *dir,
-	       bool create, int *fd_out)
+int store_lock(const struct kvs_store_io_ops *io, const char *dir, bool create,
+	       int *fd_out)
 {
 	char path[4096];
 	int fd, err;

@@ -212,8 +212,8 @@ static int check_segment(const struct kvs_store_io_ops *io, const char *dir,
 		kvs_log(KVS_LOG_ERR, "fsck: %s: %s", path, kvs_strerror(err));
 		return err;
 	}
-	err = size < SEG_HEADER_SIZE ? -KVS_ETRUNC :
-	      seg_header_decode(buf, &hdr_id);
+	err = size < SEG_HEADER_SIZE ? -KVS_ETRUNC
+				     : seg_header_decode(buf, &hdr_id);
 	if (!err && hdr_id != id)
 		err = -KVS_ECORRUPT;
 	if (err == -KVS_EVERSION) {
@@ -225,10 +225,10 @@ static int check_segment(const struct kvs_store_io_ops *io, const char *dir,
 		/* the records describe themselves: still walk them */
 		struct kvs_fsck_record r = {
 			.segment = id,
-			.length = size < SEG_HEADER_SIZE ? size :
-							   SEG_HEADER_SIZE,
-			.status = size < SEG_HEADER_SIZE ? KVS_FSCK_TORN :
-							   KVS_FSCK_CORRUPT,
+			.length =
+				size < SEG_HEADER_SIZE ? size : SEG_HEADER_SIZE,
+			.status = size < SEG_HEADER_SIZE ? KVS_FSCK_TORN
+							 : KVS_FSCK_CORRUPT,
 			.check = "segment header",
 		};
 

@@ -15,14 +15,13 @@
 
 struct kvs_store_ref {
 	struct kvs_store *store;
-	struct entry *entry;    /* pinned, or NULL */
-	uint8_t *owned;         /* private record image, or NULL */
+	struct entry *entry; /* pinned, or NULL */
+	uint8_t *owned; /* private record image, or NULL */
 	const uint8_t *data;
 	size_t len;
 };
 
-int store_check_read(struct kvs_store *s, struct entry *e,
-		     const uint8_t *rec)
+int store_check_read(struct kvs_store *s, struct entry *e, const uint8_t *rec)
 {
 	struct rec_header h;
 	const char *check = "record sequence";
@@ -60,7 +59,7 @@ static struct kvs_store_ref *ref_new(struct kvs_store *s, struct entry *pin,
 }
 
 struct nvme_read {
-	struct entry *e;        /* pinned until finished */
+	struct entry *e; /* pinned until finished */
 	uint8_t *buf;
 	bool in_dram;
 	bool started, finished;
@@ -134,8 +133,8 @@ static void read_done(struct kvs_store *s, struct nvme_read *r, int res,
 	} else {
 		if (res)
 			kvs_log(KVS_LOG_ERR, "store: read segment %llu: %s",
-				(unsigned long long)(r->e->seg ?
-					r->e->seg->id : 0),
+				(unsigned long long)(r->e->seg ? r->e->seg->id
+							       : 0),
 				kvs_strerror(res));
 		res = finish_read(s, r, res, &refs[r->i]);
 	}
@@ -172,14 +171,16 @@ static int read_batch(struct kvs_store *s, struct nvme_read *rd, size_t n,
 		struct entry *e = r->e;
 
 		if (!r->buf || !e->seg) {
-			read_done(s, r, r->buf ? -KVS_ENOTFOUND : -ENOMEM,
-				  refs, results);
+			read_done(s, r, r->buf ? -KVS_ENOTFOUND : -ENOMEM, refs,
+				  results);
 			left--;
 			continue;
 		}
 		r->req = (struct kvs_store_io_req){
-			.op = KVS_STORE_IO_READ, .fd = e->seg->fd,
-			.buf = r->buf, .len = (uint32_t)record_size(e->len),
+			.op = KVS_STORE_IO_READ,
+			.fd = e->seg->fd,
+			.buf = r->buf,
+			.len = (uint32_t)record_size(e->len),
 			.off = e->off,
 			.buf_index = r->in_dram ? buf_index_of(s, r->buf) : -1,
 		};
@@ -201,8 +202,9 @@ static int read_batch(struct kvs_store *s, struct nvme_read *rd, size_t n,
 
 			if (!r->started || r->finished || !r->req.done)
 				continue;
-			res = r->req.res < 0 ? r->req.res :
-			      r->req.res != (int32_t)r->req.len ? -EIO : 0;
+			res = r->req.res < 0			  ? r->req.res
+			      : r->req.res != (int32_t)r->req.len ? -EIO
+								  : 0;
 			read_done(s, r, res, refs, results);
 			left--;
 			progress = true;

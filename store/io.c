@@ -28,7 +28,7 @@ struct kvs_store_ring {
 #if KVS_HAVE_IO_URING
 	struct io_uring uring;
 #endif
-	bool live;              /* uring set up */
+	bool live; /* uring set up */
 	bool registered;
 };
 
@@ -203,7 +203,8 @@ static int sys_complete(void *ctx, struct kvs_store_ring *ring, unsigned min)
 	for (;;) {
 		unsigned n = 0;
 
-		io_uring_for_each_cqe(&ring->uring, head, cqe) {
+		io_uring_for_each_cqe(&ring->uring, head, cqe)
+		{
 			struct kvs_store_io_req *r = io_uring_cqe_get_data(cqe);
 
 			r->res = cqe->res;

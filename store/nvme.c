@@ -82,8 +82,7 @@ int nvme_open_file(struct kvs_store *s, const char *path, bool create,
 	fd = s->io->open(s->io->ctx, path, flags, 0644);
 done:
 	if (fd < 0) {
-		kvs_log(KVS_LOG_ERR, "store: open %s: %s", path,
-			strerror(-fd));
+		kvs_log(KVS_LOG_ERR, "store: open %s: %s", path, strerror(-fd));
 		return fd;
 	}
 	*fd_out = fd;
@@ -98,8 +97,7 @@ int buf_index_of(struct kvs_store *s, const uint8_t *p)
 	return (int)((uint64_t)(p - s->dram.base) / REG_CHUNK);
 }
 
-struct segment *seg_new(struct kvs_store *s, uint64_t id, int fd,
-			uint64_t size)
+struct segment *seg_new(struct kvs_store *s, uint64_t id, int fd, uint64_t size)
 {
 	struct segment *seg = calloc(1, sizeof(*seg));
 
@@ -130,8 +128,8 @@ static struct segment *head_seg(struct kvs_store *s)
 {
 	if (list_empty(&s->segments))
 		return NULL;
-	struct segment *seg = list_entry(s->segments.next, struct segment,
-					 link);
+	struct segment *seg =
+		list_entry(s->segments.next, struct segment, link);
 
 	return seg->sealed ? NULL : seg;
 }
@@ -190,22 +188,27 @@ static void nghost_trim(struct kvs_store *s)
 	}
 }
 
-static int read_record(struct kvs_store *s, struct segment *seg,
-		       uint64_t off, uint8_t *buf, uint64_t rec)
+static int read_record(struct kvs_store *s, struct segment *seg, uint64_t off,
+		       uint8_t *buf, uint64_t rec)
 {
 	struct kvs_store_io_req req = {
-		.op = KVS_STORE_IO_READ, .fd = seg->fd, .buf = buf,
-		.len = (uint32_t)rec, .off = off, .buf_index = -1,
+		.op = KVS_STORE_IO_READ,
+		.fd = seg->fd,
+		.buf = buf,
+		.len = (uint32_t)rec,
+		.off = off,
+		.buf_index = -1,
 	};
 	int err = io_run(s, &req, 1, s->opts.queue_depth);
 
 	if (!err)
-		err = req.res < 0 ? req.res :
-		      (uint64_t)req.res != rec ? -EIO : 0;
+		err = req.res < 0		 ? req.res
+		      : (uint64_t)req.res != rec ? -EIO
+						 : 0;
 	if (err)
 		kvs_log(KVS_LOG_ERR, "store: read segment %llu at %llu: %s",
-			(unsigned long long)seg->id,
-			(unsigned long long)off, kvs_strerror(err));
+			(unsigned long long)seg->id, (unsigned long long)off,
+			kvs_strerror(err));
 	return err;
 }
 
@@ -248,8 +251,8 @@ static bool carry_add(struct kvs_store *s, struct carry_set *set,
  * that DRAM does not hold, and deletes it. */
 static void reclaim_oldest(struct kvs_store *s, struct carry_set *set)
 {
-	struct segment *seg = list_entry(s->segments.prev, struct segment,
-					 link);
+	struct segment *seg =
+		list_entry(s->segments.prev, struct segment, link);
 	char path[4096];
 	struct list *l;
 	int err;
@@ -345,18 +348,23 @@ static int write_at(struct kvs_store *s, struct segment *seg, uint64_t off,
 		    uint8_t *image, uint64_t rec, int buf_index)
 {
 	struct kvs_store_io_req req = {
-		.op = KVS_STORE_IO_WRITE, .fd = seg->fd, .buf = image,
-		.len = (uint32_t)rec, .off = off, .buf_index = buf_index,
+		.op = KVS_STORE_IO_WRITE,
+		.fd = seg->fd,
+		.buf = image,
+		.len = (uint32_t)rec,
+		.off = off,
+		.buf_index = buf_index,
 	};
 	int err = io_run(s, &req, 1, s->opts.queue_depth);
 
 	if (!err)
-		err = req.res < 0 ? req.res :
-		      (uint64_t)req.res != rec ? -EIO : 0;
+		err = req.res < 0		 ? req.res
+		      : (uint64_t)req.res != rec ? -EIO
+						 : 0;
 	if (err)
 		kvs_log(KVS_LOG_ERR, "store: write segment %llu at %llu: %s",
-			(unsigned long long)seg->id,
-			(unsigned long long)off, kvs_strerror(err));
+			(unsigned long long)seg->id, (unsigned long long)off,
+			kvs_strerror(err));
 	return err;
 }
 
@@ -364,7 +372,9 @@ static void stamp(struct kvs_store *s, struct entry *e, uint8_t *image,
 		  uint64_t seq)
 {
 	struct rec_header h = {
-		.seq = seq, .length = e->len, .payload_sum = e->psum,
+		.seq = seq,
+		.length = e->len,
+		.payload_sum = e->psum,
 		.key = e->key,
 	};
 
@@ -433,8 +443,8 @@ int nvme_reserve(struct kvs_store *s, uint64_t rec, struct segment **seg,
 
 			if (old->pending) {
 				/* its writes are still in flight: no room */
-				kvs_log(KVS_LOG_ERR,
-					"store: NVMe tier full, writes in flight");
+				kvs_log(KVS_LOG_ERR, "store: NVMe tier full, "
+						     "writes in flight");
 				write_carries(s, &set, false);
 				return -EBUSY;
 			}

@@ -33,10 +33,10 @@ struct scan {
 	struct segment *seg;
 	uint64_t off;
 	bool done;
-	bool damaged;   /* something was dropped */
+	bool damaged; /* something was dropped */
 	bool bad_header;
-	uint64_t bad_first, bad_last;   /* offsets of the first and last
-					 * damage dropped, when damaged */
+	uint64_t bad_first, bad_last; /* offsets of the first and last
+				       * damage dropped, when damaged */
 };
 
 /* Something starting at @off of the segment was dropped. */
@@ -50,8 +50,8 @@ static void mark_bad(struct scan *sc, uint64_t off)
 }
 
 /* Indexes the record at @off of @seg unless a newer one is known. */
-static int index_record(struct kvs_store *s, struct segment *seg,
-			uint64_t off, const struct rec_header *h)
+static int index_record(struct kvs_store *s, struct segment *seg, uint64_t off,
+			const struct rec_header *h)
 {
 	struct entry *e = index_find(&s->index, &h->key);
 	int err;
@@ -93,8 +93,8 @@ static int resync(struct kvs_store *s, struct scan *sc, uint8_t *bulk,
 	*found = false;
 	*zero = true;
 	while (off < seg->size) {
-		uint64_t want = seg->size - off < RESYNC_CHUNK ?
-				seg->size - off : RESYNC_CHUNK;
+		uint64_t want = seg->size - off < RESYNC_CHUNK ? seg->size - off
+							       : RESYNC_CHUNK;
 		ssize_t n = s->io->pread(s->io->ctx, seg->fd, bulk, want,
 					 (off_t)off);
 
@@ -121,8 +121,8 @@ static int resync(struct kvs_store *s, struct scan *sc, uint8_t *bulk,
 }
 
 /* One scan step on the page read at sc->off. */
-static int scan_step(struct kvs_store *s, struct scan *sc,
-		     const uint8_t *page, int res, uint8_t *bulk)
+static int scan_step(struct kvs_store *s, struct scan *sc, const uint8_t *page,
+		     int res, uint8_t *bulk)
 {
 	struct segment *seg = sc->seg;
 	struct rec_header h;
@@ -201,9 +201,11 @@ static int scan_all(struct kvs_store *s, struct scan *sc, size_t n)
 			if (sc[i].done)
 				continue;
 			req[nreq] = (struct kvs_store_io_req){
-				.op = KVS_STORE_IO_READ, .fd = sc[i].seg->fd,
+				.op = KVS_STORE_IO_READ,
+				.fd = sc[i].seg->fd,
 				.buf = pages + nreq * KVS_STORE_ALIGN,
-				.len = KVS_STORE_ALIGN, .off = sc[i].off,
+				.len = KVS_STORE_ALIGN,
+				.off = sc[i].off,
 				.buf_index = -1,
 			};
 			map[nreq++] = i;
@@ -211,14 +213,16 @@ static int scan_all(struct kvs_store *s, struct scan *sc, size_t n)
 		if (nreq == 0)
 			break;
 		/* headers are small: read deeper than queue_depth */
-		err = io_run(s, req, nreq, s->opts.queue_depth > RING_MIN ?
-					   s->opts.queue_depth : RING_MIN);
+		err = io_run(s, req, nreq,
+			     s->opts.queue_depth > RING_MIN
+				     ? s->opts.queue_depth
+				     : RING_MIN);
 		if (err)
 			goto out;
 		for (unsigned k = 0; k < nreq; k++) {
 			err = scan_step(s, &sc[map[k]],
-					pages + k * KVS_STORE_ALIGN,
-					req[k].res, bulk);
+					pages + k * KVS_STORE_ALIGN, req[k].res,
+					bulk);
 			if (err)
 				goto out;
 		}
@@ -312,8 +316,8 @@ static void cut_torn_tail(struct kvs_store *s, struct scan *sc)
 /* Opens segment @id and checks its header; adds it to the store.  A
  * damaged header is counted but its records are still scanned (they
  * describe themselves); *@bad_header says so. */
-static int open_segment(struct kvs_store *s, uint64_t id,
-			struct segment **out, bool *bad_header)
+static int open_segment(struct kvs_store *s, uint64_t id, struct segment **out,
+			bool *bad_header)
 {
 	char path[4096];
 	uint64_t hdr_id, file_size;
@@ -330,19 +334,20 @@ static int open_segment(struct kvs_store *s, uint64_t id,
 		return err;
 	}
 	n = s->io->pread(s->io->ctx, fd, s->scratch, SEG_HEADER_SIZE, 0);
-	err = n != SEG_HEADER_SIZE ? -KVS_ETRUNC :
-	      seg_header_decode(s->scratch, &hdr_id);
+	err = n != SEG_HEADER_SIZE ? -KVS_ETRUNC
+				   : seg_header_decode(s->scratch, &hdr_id);
 	if (err == -KVS_EVERSION) {
 		kvs_log(KVS_LOG_ERR,
-			"store: %s was written by a newer kvstash (store format > %u); refusing to open %s",
+			"store: %s was written by a newer kvstash (store "
+			"format > %u); refusing to open %s",
 			path, KVS_STORE_FORMAT_VERSION, s->dir);
 		s->io->close(s->io->ctx, fd);
 		return err;
 	}
 	if (!err && hdr_id != id)
 		err = -KVS_ECORRUPT;
-	*out = seg_new(s, id, fd, file_size / KVS_STORE_ALIGN *
-			     KVS_STORE_ALIGN);
+	*out = seg_new(s, id, fd,
+		       file_size / KVS_STORE_ALIGN * KVS_STORE_ALIGN);
 	if (!*out) {
 		s->io->close(s->io->ctx, fd);
 		return -ENOMEM;

@@ -37,8 +37,7 @@ void kvs_store_opts_default(struct kvs_store_opts *opts)
 	opts->create = true;
 }
 
-int kvs_store_key_of(const uint8_t *obj, size_t len,
-		     struct kvs_store_key *out)
+int kvs_store_key_of(const uint8_t *obj, size_t len, struct kvs_store_key *out)
 {
 	struct kvs_header h;
 	int err = kvs_header_decode(obj, len, 0, &h);
@@ -95,8 +94,8 @@ static int settle_opts(struct kvs_store *s, const struct kvs_store_opts *o)
 		s->opts.queue_depth = 32;
 	if (s->opts.segment_size == 0)
 		s->opts.segment_size = DEFAULT_SEGMENT;
-	s->opts.segment_size = s->opts.segment_size / KVS_STORE_ALIGN *
-			       KVS_STORE_ALIGN;
+	s->opts.segment_size =
+		s->opts.segment_size / KVS_STORE_ALIGN * KVS_STORE_ALIGN;
 	s->nvme_on = s->opts.nvme_capacity > 0;
 	if (s->nvme_on && s->opts.nvme_capacity / s->opts.segment_size < 2)
 		s->opts.segment_size = s->opts.nvme_capacity / 2 /
@@ -192,8 +191,9 @@ int kvs_store_open(const char *dir, const struct kvs_store_opts *opts,
 	s->direct = !s->opts.buffered_io;
 	if (s->nvme_on)
 		nvme_probe_direct(s);
-	if (ring_create(s->opts.queue_depth > RING_MIN ? s->opts.queue_depth :
-			RING_MIN, &s->ring))
+	if (ring_create(s->opts.queue_depth > RING_MIN ? s->opts.queue_depth
+						       : RING_MIN,
+			&s->ring))
 		kvs_log(KVS_LOG_INFO, "store: no io_uring, synchronous I/O");
 	if (s->opts.dram_capacity) {
 		err = dram_init(&s->dram, s->opts.dram_capacity);
@@ -281,11 +281,11 @@ void kvs_store_close(struct kvs_store *store)
 /* ---- put ------------------------------------------------------------- */
 
 struct pending {
-	struct entry *e;        /* pinned until finished */
+	struct entry *e; /* pinned until finished */
 	uint8_t *image;
 	bool owned;
 	bool started, finished;
-	size_t i;               /* index in the batch */
+	size_t i; /* index in the batch */
 	struct segment *seg;
 	uint64_t off, seq;
 	struct kvs_store_io_req req;
@@ -340,8 +340,8 @@ static int stage_one(struct kvs_store *s, const uint8_t *obj, size_t len,
 	int cls, err;
 
 	if (len > STORE_MAX_OBJECT) {
-		kvs_log(KVS_LOG_ERR, "store: object of %zu bytes over %u",
-			len, STORE_MAX_OBJECT);
+		kvs_log(KVS_LOG_ERR, "store: object of %zu bytes over %u", len,
+			STORE_MAX_OBJECT);
 		return -EFBIG;
 	}
 	err = kvs_object_verify(obj, len, 0);
@@ -410,8 +410,7 @@ static void release_pending(struct kvs_store *s, struct pending *p)
 }
 
 /* Attaches the finished writes of p[0..n), reports the failed ones. */
-static void reap(struct kvs_store *s, struct pending *p, size_t n,
-		 int *results)
+static void reap(struct kvs_store *s, struct pending *p, size_t n, int *results)
 {
 	for (size_t i = 0; i < n; i++) {
 		struct pending *q = &p[i];
@@ -419,8 +418,9 @@ static void reap(struct kvs_store *s, struct pending *p, size_t n,
 
 		if (!q->started || q->finished || !q->req.done)
 			continue;
-		r = q->req.res < 0 ? q->req.res :
-		    q->req.res != (int32_t)q->req.len ? -EIO : 0;
+		r = q->req.res < 0			? q->req.res
+		    : q->req.res != (int32_t)q->req.len ? -EIO
+							: 0;
 		q->seg->pending--;
 		if (r) {
 			kvs_log(KVS_LOG_ERR,
@@ -454,7 +454,8 @@ static void start_write(struct kvs_store *s, struct pending *p, size_t k,
 	struct pending *q = &p[k];
 	uint64_t rec = record_size(q->e->len);
 	struct rec_header h = {
-		.length = q->e->len, .payload_sum = q->e->psum,
+		.length = q->e->len,
+		.payload_sum = q->e->psum,
 		.key = q->e->key,
 	};
 	int err;
@@ -470,8 +471,11 @@ static void start_write(struct kvs_store *s, struct pending *p, size_t k,
 	q->seq = h.seq = s->next_seq++;
 	rec_header_encode(&h, q->image);
 	q->req = (struct kvs_store_io_req){
-		.op = KVS_STORE_IO_WRITE, .fd = q->seg->fd, .buf = q->image,
-		.len = (uint32_t)rec, .off = q->off,
+		.op = KVS_STORE_IO_WRITE,
+		.fd = q->seg->fd,
+		.buf = q->image,
+		.len = (uint32_t)rec,
+		.off = q->off,
 		.buf_index = q->owned ? -1 : buf_index_of(s, q->image),
 	};
 	while (s->inflight >= s->opts.queue_depth && io_wait(s, 1) == 0)
@@ -513,9 +517,9 @@ int kvs_store_put_batch(struct kvs_store *store, const uint8_t *const *objs,
 			if (e && e->pins)
 				drain(s, p, np, results);
 		}
-		results[i] = stage_one(s, objs[i], lens[i],
-				       durability > KVS_DURABILITY_MEMORY,
-				       &p[np]);
+		results[i] =
+			stage_one(s, objs[i], lens[i],
+				  durability > KVS_DURABILITY_MEMORY, &p[np]);
 		if (results[i] == 0 && p[np].e) {
 			p[np].i = i;
 			start_write(s, p, np, results);
@@ -538,8 +542,7 @@ int kvs_store_put_batch(struct kvs_store *store, const uint8_t *const *objs,
 }
 
 int kvs_store_put(struct kvs_store *store, const uint8_t *obj, size_t len,
-		  enum kvs_durability durability,
-		  struct kvs_store_key *key_out)
+		  enum kvs_durability durability, struct kvs_store_key *key_out)
 {
 	struct kvs_store_key key;
 	int result, err;

@@ -27,7 +27,7 @@
 #define STORE_MAX_OBJECT (64u << 20)
 #define SUPERBLOCK_NAME "KVSTASH"
 #define LOCK_NAME "LOCK"
-#define RING_MIN 64u            /* ring entries, and recovery's depth */
+#define RING_MIN 64u /* ring entries, and recovery's depth */
 
 static inline uint64_t align_up(uint64_t x, uint64_t a)
 {
@@ -78,8 +78,8 @@ static inline struct list *list_oldest(struct list *head)
 	return list_empty(head) ? NULL : head->prev;
 }
 
-#define list_entry(ptr, type, member) \
-	((type *)((char *)(ptr) - offsetof(type, member)))
+#define list_entry(ptr, type, member)                                          \
+	((type *)((char *)(ptr)-offsetof(type, member)))
 
 /* ---- on-disk encodings (format.c) ------------------------------------ */
 
@@ -87,8 +87,8 @@ struct rec_header {
 	uint16_t version;
 	uint16_t flags;
 	uint64_t seq;
-	uint32_t length;        /* object bytes */
-	uint64_t payload_sum;   /* xxh3-64 of the object bytes */
+	uint32_t length; /* object bytes */
+	uint64_t payload_sum; /* xxh3-64 of the object bytes */
 	struct kvs_store_key key;
 };
 
@@ -124,12 +124,12 @@ int dir_fsync(const struct kvs_store_io_ops *io, const char *dir);
 void seg_name(uint64_t id, char out[32]);
 int seg_name_parse(const char *name, uint64_t *id);
 /* Sorted segment ids found in @dir (malloc'd); 0 or -errno, logged. */
-int seg_list(const struct kvs_store_io_ops *io, const char *dir,
-	     uint64_t **ids, size_t *n);
+int seg_list(const struct kvs_store_io_ops *io, const char *dir, uint64_t **ids,
+	     size_t *n);
 /* With @create, makes @dir; opens @dir/LOCK and takes it (waiting).
  * 0 and *@fd_out, or -errno (logged; -ENOENT: no store there). */
-int store_lock(const struct kvs_store_io_ops *io, const char *dir,
-	       bool create, int *fd_out);
+int store_lock(const struct kvs_store_io_ops *io, const char *dir, bool create,
+	       int *fd_out);
 
 /* ---- io_uring engine (io.c) ------------------------------------------ */
 
@@ -156,12 +156,12 @@ int io_wait(struct kvs_store *s, unsigned min);
 /* ---- DRAM arena (dram.c) --------------------------------------------- */
 
 struct slab {
-	struct list link;       /* in its class's partial list */
-	uint32_t cls;           /* UINT32_MAX: free slab */
-	uint32_t free_head;     /* first free slot index, UINT32_MAX: none */
+	struct list link; /* in its class's partial list */
+	uint32_t cls; /* UINT32_MAX: free slab */
+	uint32_t free_head; /* first free slot index, UINT32_MAX: none */
 	uint32_t nfree;
 	uint32_t nslots;
-	uint32_t carved;        /* slots handed out at least once */
+	uint32_t carved; /* slots handed out at least once */
 };
 
 struct dram {
@@ -171,12 +171,12 @@ struct dram {
 	uint32_t slab_size;
 	uint32_t nslabs;
 	struct slab *slabs;
-	uint32_t *free_slabs;   /* stack */
+	uint32_t *free_slabs; /* stack */
 	uint32_t nfree_slabs;
 	uint32_t nclasses;
 	uint32_t class_size[64];
 	struct list partial[64];
-	uint64_t used_bytes;    /* slot bytes handed out */
+	uint64_t used_bytes; /* slot bytes handed out */
 	bool huge, host_registered;
 };
 
@@ -203,23 +203,23 @@ struct entry {
 	struct kvs_store_key key;
 	uint64_t hash;
 	struct entry *hnext;
-	uint32_t len;           /* object bytes */
-	uint64_t psum;          /* xxh3-64 of the object bytes */
+	uint32_t len; /* object bytes */
+	uint64_t psum; /* xxh3-64 of the object bytes */
 	uint32_t pins;
 	bool in_index;
 	/* DRAM tier */
-	uint8_t *slot;          /* record image: header, object, pad */
+	uint8_t *slot; /* record image: header, object, pad */
 	int cls;
-	uint8_t dq;             /* enum dram_queue */
+	uint8_t dq; /* enum dram_queue */
 	uint8_t dfreq;
 	struct list dlink;
 	/* NVMe tier */
-	struct segment *seg;    /* segment of the newest record, or NULL */
+	struct segment *seg; /* segment of the newest record, or NULL */
 	uint64_t off;
 	uint64_t seq;
 	uint8_t nfreq;
 	bool nghost;
-	struct list nlink;      /* seg->records, or the NVMe ghost queue */
+	struct list nlink; /* seg->records, or the NVMe ghost queue */
 };
 
 struct index {
@@ -243,14 +243,14 @@ void index_each(struct index *ix, void (*fn)(void *arg, struct entry *e),
 struct segment {
 	uint64_t id;
 	int fd;
-	uint64_t size;          /* bytes written (next append offset) */
+	uint64_t size; /* bytes written (next append offset) */
 	uint64_t live_bytes;
 	uint64_t live_count;
-	struct list records;    /* entries whose newest record is here */
-	struct list link;       /* store's segment list, oldest first */
-	uint32_t pending;       /* writes started, not yet attached */
-	bool sealed;            /* no more appends */
-	bool dirty;             /* written since the last fdatasync */
+	struct list records; /* entries whose newest record is here */
+	struct list link; /* store's segment list, oldest first */
+	uint32_t pending; /* writes started, not yet attached */
+	bool sealed; /* no more appends */
+	bool dirty; /* written since the last fdatasync */
 };
 
 /* ---- the store (store.c) --------------------------------------------- */
@@ -260,10 +260,10 @@ struct kvs_store {
 	char *dir;
 	int lock_fd;
 	struct kvs_store_opts opts;
-	const struct kvs_store_io_ops *io;     /* &io_ops */
-	struct kvs_store_io_ops io_ops;         /* opts.io, NULLs filled */
+	const struct kvs_store_io_ops *io; /* &io_ops */
+	struct kvs_store_io_ops io_ops; /* opts.io, NULLs filled */
 	struct kvs_store_ring *ring;
-	unsigned inflight;      /* requests started, not completed */
+	unsigned inflight; /* requests started, not completed */
 	bool direct;
 	struct index index;
 	/* DRAM tier */
@@ -276,15 +276,15 @@ struct kvs_store {
 	bool registered;
 	/* NVMe tier */
 	bool nvme_on;
-	struct list segments;   /* oldest first; the last is the head */
+	struct list segments; /* oldest first; the last is the head */
 	uint64_t nsegs;
 	uint64_t next_seg_id;
 	uint64_t next_seq;
 	uint64_t max_segs;
 	uint64_t nvme_objects, nvme_obj_bytes, nvme_file_bytes;
-	struct list nghost;     /* NVMe ghosts, oldest at the tail */
+	struct list nghost; /* NVMe ghosts, oldest at the tail */
 	uint64_t nghost_n;
-	uint8_t *scratch;       /* aligned bounce buffer, one record */
+	uint8_t *scratch; /* aligned bounce buffer, one record */
 	uint64_t scratch_len;
 	struct kvs_store_stats st;
 };
@@ -336,7 +336,6 @@ int buf_index_of(struct kvs_store *s, const uint8_t *p);
 int recover(struct kvs_store *s);
 
 /* Checks @rec of @e read from NVMe; on failure drops it and counts. */
-int store_check_read(struct kvs_store *s, struct entry *e,
-		     const uint8_t *rec);
+int store_check_read(struct kvs_store *s, struct entry *e, const uint8_t *rec);
 
 #endif

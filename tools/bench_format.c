@@ -35,13 +35,13 @@ static const char bench_usage[] =
 struct bench_ctx {
 	struct kvs_shape shape;
 	struct kvs_ident ident;
-	uint16_t *keys, *values;    /* fp16 input */
-	uint8_t *image;             /* page for the seal benchmark */
-	uint8_t *obj;               /* the encoded block (maybe LZ4) */
+	uint16_t *keys, *values; /* fp16 input */
+	uint8_t *image; /* page for the seal benchmark */
+	uint8_t *obj; /* the encoded block (maybe LZ4) */
 	size_t obj_len;
 	float *out_k, *out_v;
 	uint8_t *copy_dst;
-	size_t fp16_bytes;          /* K + V */
+	size_t fp16_bytes; /* K + V */
 };
 
 struct bench_op {
@@ -104,8 +104,7 @@ static int cmp_double(const void *a, const void *b)
 
 /* Median time of one call of @op over samples of calibrated batches,
  * spending about @budget_ns in all. */
-static int measure(struct bench_ctx *c, struct bench_op *op,
-		   double budget_ns)
+static int measure(struct bench_ctx *c, struct bench_op *op, double budget_ns)
 {
 	double samples[BENCH_MAX_SAMPLES], start, elapsed;
 	unsigned long batch = 1;
@@ -125,7 +124,8 @@ static int measure(struct bench_ctx *c, struct bench_op *op,
 	}
 	if (elapsed < BENCH_SAMPLE_NS && elapsed > 0)
 		batch = (unsigned long)((double)batch * BENCH_SAMPLE_NS /
-					elapsed) + 1;
+					elapsed) +
+			1;
 	start = now_ns();
 	while (rc == 0 && n < BENCH_MAX_SAMPLES &&
 	       (n < BENCH_MIN_SAMPLES || now_ns() - start < budget_ns)) {
@@ -141,8 +141,8 @@ static int measure(struct bench_ctx *c, struct bench_op *op,
 		return rc;
 	}
 	qsort(samples, n, sizeof(samples[0]), cmp_double);
-	op->median_ns = n % 2 ? samples[n / 2] :
-		(samples[n / 2 - 1] + samples[n / 2]) / 2;
+	op->median_ns = n % 2 ? samples[n / 2]
+			      : (samples[n / 2 - 1] + samples[n / 2]) / 2;
 	return 0;
 }
 
@@ -220,11 +220,13 @@ static int bench_setup(struct bench_ctx *c, uint32_t heads, uint32_t dim,
 	memset(c, 0, sizeof(*c));
 	kvs_shape_default(&c->shape, (uint16_t)heads, (uint16_t)dim);
 	c->shape.span = tokens;
-	c->shape.residual = c->shape.residual <= tokens &&
-			    tokens % c->shape.residual == 0 ?
-			    c->shape.residual : tokens;
+	c->shape.residual =
+		c->shape.residual <= tokens && tokens % c->shape.residual == 0
+			? c->shape.residual
+			: tokens;
 	if (kvs_block_layout(&c->shape, &layout) != 0) {
-		kvs_cli_error("bench format", "invalid shape: --head-dim a "
+		kvs_cli_error("bench format",
+			      "invalid shape: --head-dim a "
 			      "multiple of 32, --tokens a multiple of 32");
 		return -KVS_EPARAM;
 	}
@@ -254,8 +256,8 @@ static int bench_setup(struct bench_ctx *c, uint32_t heads, uint32_t dim,
 	return rc;
 }
 
-static void bench_report(const struct bench_ctx *c,
-			 const struct bench_op *ops, size_t n_ops, int cpu)
+static void bench_report(const struct bench_ctx *c, const struct bench_op *ops,
+			 size_t n_ops, int cpu)
 {
 	double base = (double)c->fp16_bytes / ops[0].median_ns;
 	char model[128];
@@ -312,22 +314,28 @@ int kvs_bench_format(int argc, char **argv)
 			if (strcmp(only, ops[i].name) == 0)
 				rc = 0;
 		if (rc != 0)
-			kvs_cli_error("bench format", "--only: expected "
+			kvs_cli_error("bench format",
+				      "--only: expected "
 				      "memcpy, pack, unpack or verify, got "
-				      "'%s'", only);
+				      "'%s'",
+				      only);
 	}
 	if (rc != 0)
 		return kvs_cli_usage(bench_usage, rc);
 	cpu = pin_to_current_cpu();
 	if (cpu < 0)
-		kvs_cli_error("bench format", "could not pin to one CPU: %s; "
-			      "figures may be noisy", strerror(errno));
+		kvs_cli_error("bench format",
+			      "could not pin to one CPU: %s; "
+			      "figures may be noisy",
+			      strerror(errno));
 	if (bench_setup(&c, heads, dim, tokens, lz4) != 0)
 		return KVS_EXIT_FAIL;
 	for (size_t i = 0; i < n_ops && rc == 0; i++)
 		if (only == NULL || strcmp(only, ops[i].name) == 0)
-			rc = measure(&c, &ops[i], only != NULL ? seconds * 1e9 :
-				     seconds * 1e9 / (double)n_ops);
+			rc = measure(&c, &ops[i],
+				     only != NULL
+					     ? seconds * 1e9
+					     : seconds * 1e9 / (double)n_ops);
 	for (size_t i = 0; rc == 0 && only != NULL && i < n_ops; i++)
 		if (strcmp(only, ops[i].name) == 0)
 			printf("%s: median %.2f us, %.2f GB/s of fp16 K+V\n",

@@ -35,7 +35,7 @@ static const char bench_usage[] =
 struct gen {
 	struct kvs_shape shape;
 	size_t size;
-	uint8_t *image;         /* quantized once, finished per id */
+	uint8_t *image; /* quantized once, finished per id */
 };
 
 static double now_s(void)
@@ -148,8 +148,8 @@ static int put_batches(struct kvs_store *s, const struct gen *g,
 	for (uint64_t k = 0; k < nb; k++) {
 		batch_fill(b, g, run, k * BATCH);
 		double t0 = now_s();
-		int err = kvs_store_put_batch(s, b->objs, b->lens, BATCH,
-					      dur, b->res);
+		int err = kvs_store_put_batch(s, b->objs, b->lens, BATCH, dur,
+					      b->res);
 
 		t += now_s() - t0;
 		if (err) {
@@ -293,9 +293,8 @@ static int bench_nvme(const char *dir, const struct gen *g, struct batch *b,
 	return err;
 }
 
-static int bench_recovery(const char *dir, const struct gen *g,
-			  struct batch *b, uint64_t records,
-			  struct results *r)
+static int bench_recovery(const char *dir, const struct gen *g, struct batch *b,
+			  uint64_t records, struct results *r)
 {
 	struct kvs_store_stats st;
 	struct kvs_store *s;
@@ -324,20 +323,19 @@ static int bench_recovery(const char *dir, const struct gen *g,
 static void print_results(const struct gen *g, const struct results *r,
 			  bool json)
 {
-	uint64_t rec = (g->size + KVS_STORE_RECORD_HEADER + 4095) / 4096 *
-		       4096;
+	uint64_t rec = (g->size + KVS_STORE_RECORD_HEADER + 4095) / 4096 * 4096;
 	struct kvs_cli_json j;
 
 	if (!json) {
 		printf("block %zu bytes (record %" PRIu64 "), batches of %d\n",
 		       g->size, rec, BATCH);
 		printf("DRAM  put %.2f GB/s  get %.2f GB/s (zero-copy ref)  "
-		       "get+copy %.2f GB/s  memcpy %.2f GB/s\n", r->put,
-		       r->get, r->get_copy, r->memcpy_rate);
+		       "get+copy %.2f GB/s  memcpy %.2f GB/s\n",
+		       r->put, r->get, r->get_copy, r->memcpy_rate);
 		for (int q = 0; q < 3; q++)
 			printf("NVMe  QD %-2u write %.2f GB/s  read %.2f GB/s "
-			       "(object bytes)\n", qds[q], r->nvme_write[q],
-			       r->nvme_read[q]);
+			       "(object bytes)\n",
+			       qds[q], r->nvme_write[q], r->nvme_read[q]);
 		printf("recovery  %" PRIu64 " records in %.3f s\n",
 		       r->rec_records, r->rec_secs);
 		return;
@@ -407,8 +405,10 @@ int kvs_bench_store(int argc, char **argv)
 		rc = bench_nvme(dir, &g, &b, nvme_bytes, &r);
 	if (!rc)
 		rc = bench_recovery(dir, &g, &b, records, &r);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s/dram' '%s/qd1' '%s/qd8' "
-		 "'%s/qd32' '%s/recovery'", dir, dir, dir, dir, dir);
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf '%s/dram' '%s/qd1' '%s/qd8' "
+		 "'%s/qd32' '%s/recovery'",
+		 dir, dir, dir, dir, dir);
 	if (system(cmd) != 0)
 		kvs_cli_error("bench store", "could not clean %s", dir);
 	if (!rc)

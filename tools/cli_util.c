@@ -37,20 +37,26 @@ int kvs_cli_parse_u64(const char *cmd, const char *opt, const char *s,
 	/* strtoull accepts a sign and leading blanks; an integer option
 	 * does not. */
 	if (s[0] < '0' || s[0] > '9') {
-		kvs_cli_error(cmd, "--%s: expected an unsigned integer, "
-			      "got '%s'", opt, s);
+		kvs_cli_error(cmd,
+			      "--%s: expected an unsigned integer, "
+			      "got '%s'",
+			      opt, s);
 		return -KVS_EPARAM;
 	}
 	errno = 0;
 	v = strtoull(s, &end, 0);
 	if (errno != 0 || *end != '\0') {
-		kvs_cli_error(cmd, "--%s: expected an unsigned integer, "
-			      "got '%s'", opt, s);
+		kvs_cli_error(cmd,
+			      "--%s: expected an unsigned integer, "
+			      "got '%s'",
+			      opt, s);
 		return -KVS_EPARAM;
 	}
 	if (v < min || v > max) {
-		kvs_cli_error(cmd, "--%s: %llu is out of range [%" PRIu64
-			      ", %" PRIu64 "]", opt, v, min, max);
+		kvs_cli_error(cmd,
+			      "--%s: %llu is out of range [%" PRIu64
+			      ", %" PRIu64 "]",
+			      opt, v, min, max);
 		return -KVS_EPARAM;
 	}
 	*out = v;
@@ -99,8 +105,10 @@ int kvs_cli_parse_size(const char *cmd, const char *opt, const char *s,
 	return 0;
 
 malformed:
-	kvs_cli_error(cmd, "--%s: expected a size such as 4096, 64K, 1M or 2G, "
-		      "got '%s'", opt, s);
+	kvs_cli_error(cmd,
+		      "--%s: expected a size such as 4096, 64K, 1M or 2G, "
+		      "got '%s'",
+		      opt, s);
 	return -KVS_EPARAM;
 }
 
@@ -146,9 +154,10 @@ static int set_value(const char *cmd, struct kvs_cli_opt *o, const char *s)
 	case KVS_CLI_SIZE:
 		rc = kvs_cli_parse_size(cmd, o->name, s, &v);
 		if (rc == 0 && (v < o->min || (max != 0 && v > max))) {
-			kvs_cli_error(cmd, "--%s: %s is out of range [%" PRIu64
-				      ", %" PRIu64 "] bytes", o->name, s,
-				      o->min, max);
+			kvs_cli_error(cmd,
+				      "--%s: %s is out of range [%" PRIu64
+				      ", %" PRIu64 "] bytes",
+				      o->name, s, o->min, max);
 			rc = -KVS_EPARAM;
 		}
 		if (rc == 0)
@@ -222,8 +231,8 @@ int kvs_cli_parse(const char *cmd, int argc, char **argv,
 	for (int i = 1; i < argc; i++) {
 		const char *arg = argv[i];
 
-		if (!options_done && (strcmp(arg, "-h") == 0 ||
-				      strcmp(arg, "--help") == 0))
+		if (!options_done &&
+		    (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0))
 			return KVS_CLI_HELP;
 		if (!options_done && strcmp(arg, "--") == 0) {
 			options_done = true;
@@ -365,8 +374,8 @@ static int open_for_write(const char *cmd, const char *path, int flags)
 	return fd;
 }
 
-static int write_in_place(const char *cmd, const char *path,
-			  const void *buf, size_t len)
+static int write_in_place(const char *cmd, const char *path, const void *buf,
+			  size_t len)
 {
 	int fd, rc;
 
@@ -426,8 +435,8 @@ const char *kvs_cli_human_bytes(double bytes, char *out, size_t out_size)
 	if (u == 0)
 		snprintf(out, out_size, "%.0f B", bytes);
 	else
-		snprintf(out, out_size, "%.*f %s", bytes < 100.0 ? 2 : 1,
-			 bytes, units[u]);
+		snprintf(out, out_size, "%.*f %s", bytes < 100.0 ? 2 : 1, bytes,
+			 units[u]);
 	return out;
 }
 

@@ -24,37 +24,49 @@
 #define KVS_CLI_HELP 1
 
 enum kvs_cli_type {
-	KVS_CLI_FLAG,   /* bool *, no value */
-	KVS_CLI_STR,    /* const char ** (points into argv) */
-	KVS_CLI_U32,    /* uint32_t * */
-	KVS_CLI_U64,    /* uint64_t * */
-	KVS_CLI_SIZE,   /* uint64_t * bytes: 4096, 64K, 1M, 2G, 1T, 16KiB */
+	KVS_CLI_FLAG, /* bool *, no value */
+	KVS_CLI_STR, /* const char ** (points into argv) */
+	KVS_CLI_U32, /* uint32_t * */
+	KVS_CLI_U64, /* uint64_t * */
+	KVS_CLI_SIZE, /* uint64_t * bytes: 4096, 64K, 1M, 2G, 1T, 16KiB */
 	KVS_CLI_DOUBLE, /* double *, finite */
 };
 
 struct kvs_cli_opt {
-	const char *name;       /* long name without the leading "--" */
+	const char *name; /* long name without the leading "--" */
 	enum kvs_cli_type type;
-	void *value;            /* where the parsed value goes */
-	uint64_t min, max;      /* inclusive range for integers and sizes;
-				   max == 0 means the type's own range */
+	void *value; /* where the parsed value goes */
+	uint64_t min, max; /* inclusive range for integers and sizes;
+			      max == 0 means the type's own range */
 	bool required;
-	bool seen;              /* set by kvs_cli_parse() */
+	bool seen; /* set by kvs_cli_parse() */
 };
 
 /* Table entries: name, destination, range (integers), required. */
-#define KVS_OPT_U32(name, ptr, min, max, req) \
-	{ (name), KVS_CLI_U32, (ptr), (min), (max), (req), false }
-#define KVS_OPT_U64(name, ptr, min, max, req) \
-	{ (name), KVS_CLI_U64, (ptr), (min), (max), (req), false }
-#define KVS_OPT_SIZE(name, ptr, min, max, req) \
-	{ (name), KVS_CLI_SIZE, (ptr), (min), (max), (req), false }
-#define KVS_OPT_STR(name, ptr, req) \
-	{ (name), KVS_CLI_STR, (ptr), 0, 0, (req), false }
-#define KVS_OPT_DOUBLE(name, ptr, req) \
-	{ (name), KVS_CLI_DOUBLE, (ptr), 0, 0, (req), false }
-#define KVS_OPT_FLAG(name, ptr) \
-	{ (name), KVS_CLI_FLAG, (ptr), 0, 0, false, false }
+#define KVS_OPT_U32(name, ptr, min, max, req)                                  \
+	{                                                                      \
+		(name), KVS_CLI_U32, (ptr), (min), (max), (req), false         \
+	}
+#define KVS_OPT_U64(name, ptr, min, max, req)                                  \
+	{                                                                      \
+		(name), KVS_CLI_U64, (ptr), (min), (max), (req), false         \
+	}
+#define KVS_OPT_SIZE(name, ptr, min, max, req)                                 \
+	{                                                                      \
+		(name), KVS_CLI_SIZE, (ptr), (min), (max), (req), false        \
+	}
+#define KVS_OPT_STR(name, ptr, req)                                            \
+	{                                                                      \
+		(name), KVS_CLI_STR, (ptr), 0, 0, (req), false                 \
+	}
+#define KVS_OPT_DOUBLE(name, ptr, req)                                         \
+	{                                                                      \
+		(name), KVS_CLI_DOUBLE, (ptr), 0, 0, (req), false              \
+	}
+#define KVS_OPT_FLAG(name, ptr)                                                \
+	{                                                                      \
+		(name), KVS_CLI_FLAG, (ptr), 0, 0, false, false                \
+	}
 
 /* Prints "kvstash @cmd: <message>\n" to stderr. */
 void kvs_cli_error(const char *cmd, const char *fmt, ...)

@@ -48,7 +48,8 @@ static const char *const block_section_names[KVS_BLOCK_SECTIONS] = {
 };
 
 static const char *const tail_section_names[KVS_TAIL_SECTIONS] = {
-	"key_resid", "val_resid",
+	"key_resid",
+	"val_resid",
 };
 
 struct pack_args {
@@ -109,9 +110,11 @@ static int parse_pack_args(int argc, char **argv, struct pack_args *a)
 	if (a->residual == 0)
 		a->residual = a->tokens;
 	if (a->layer >= a->layers) {
-		kvs_cli_error("block pack", "--layer %" PRIu32 " needs "
+		kvs_cli_error("block pack",
+			      "--layer %" PRIu32 " needs "
 			      "--layers greater than it (the model's layer "
-			      "count, part of the fingerprint)", a->layer);
+			      "count, part of the fingerprint)",
+			      a->layer);
 		return -KVS_EPARAM;
 	}
 	return 0;
@@ -124,19 +127,24 @@ static int pack_shape(const struct pack_args *a, struct kvs_shape *shape,
 	enum kvs_dtype meta;
 
 	if (kvs_dtype_parse(a->meta, &meta) != 0) {
-		kvs_cli_error("block pack", "--meta: expected fp16, bf16 or "
-			      "fp32, got '%s'", a->meta);
+		kvs_cli_error("block pack",
+			      "--meta: expected fp16, bf16 or "
+			      "fp32, got '%s'",
+			      a->meta);
 		return -KVS_EPARAM;
 	}
 	if (kvs_dtype_parse(a->dtype, in_dtype) != 0) {
-		kvs_cli_error("block pack", "--dtype: expected f32, f16 or "
-			      "bf16, got '%s'", a->dtype);
+		kvs_cli_error("block pack",
+			      "--dtype: expected f32, f16 or "
+			      "bf16, got '%s'",
+			      a->dtype);
 		return -KVS_EPARAM;
 	}
 	if (a->group > a->tokens || a->tokens % a->group != 0) {
-		kvs_cli_error("block pack", "--tokens %" PRIu32 " must be a "
-			      "multiple of --group %" PRIu32, a->tokens,
-			      a->group);
+		kvs_cli_error("block pack",
+			      "--tokens %" PRIu32 " must be a "
+			      "multiple of --group %" PRIu32,
+			      a->tokens, a->group);
 		return -KVS_EPARAM;
 	}
 	memset(shape, 0, sizeof(*shape));
@@ -148,7 +156,8 @@ static int pack_shape(const struct pack_args *a, struct kvs_shape *shape,
 	shape->span = a->tokens;
 	shape->residual = a->residual;
 	if (kvs_shape_check(shape) != 0) {
-		kvs_cli_error("block pack", "invalid shape: needs bits 2 or "
+		kvs_cli_error("block pack",
+			      "invalid shape: needs bits 2 or "
 			      "4, group a power of two >= 2 dividing "
 			      "--head-dim and --residual, --tokens a multiple "
 			      "of --residual, and at most 2^30 codes (H*N*D)");
@@ -157,8 +166,10 @@ static int pack_shape(const struct pack_args *a, struct kvs_shape *shape,
 	memset(ident, 0, sizeof(*ident));
 	if (a->parent != NULL &&
 	    kvs_id_from_hex(a->parent, ident->parent_id) != 0) {
-		kvs_cli_error("block pack", "--parent: expected 64 hex digits, "
-			      "got '%s'", a->parent);
+		kvs_cli_error("block pack",
+			      "--parent: expected 64 hex digits, "
+			      "got '%s'",
+			      a->parent);
 		return -KVS_EPARAM;
 	}
 	ident->layer = a->layer;
@@ -190,11 +201,13 @@ static int read_kv(const struct pack_args *a, const char *what,
 	if (rc != 0)
 		return rc;
 	if (len != expect) {
-		kvs_cli_error("block pack", "%s %s: %zu bytes, expected %zu "
-			      "(%" PRIu32 " heads x %" PRIu32 " tokens x %"
-			      PRIu32 " channels x %zu-byte %s)", what, path,
-			      len, expect, a->kv_heads, a->tokens, a->head_dim,
-			      kvs_dtype_size(dtype), kvs_dtype_name(dtype));
+		kvs_cli_error("block pack",
+			      "%s %s: %zu bytes, expected %zu "
+			      "(%" PRIu32 " heads x %" PRIu32
+			      " tokens x %" PRIu32 " channels x %zu-byte %s)",
+			      what, path, len, expect, a->kv_heads, a->tokens,
+			      a->head_dim, kvs_dtype_size(dtype),
+			      kvs_dtype_name(dtype));
 		free(buf);
 		return -KVS_EPARAM;
 	}
@@ -202,11 +215,12 @@ static int read_kv(const struct pack_args *a, const char *what,
 	if (bad >= 0) {
 		size_t i = (size_t)bad;
 
-		kvs_cli_error("block pack", "%s %s: non-finite value (%g) at "
+		kvs_cli_error("block pack",
+			      "%s %s: non-finite value (%g) at "
 			      "head %zu token %zu channel %zu: only finite "
-			      "values can be quantized", what, path,
-			      (double)kvs_load(dtype, buf, i), i / (n * d),
-			      i / d % n, i % d);
+			      "values can be quantized",
+			      what, path, (double)kvs_load(dtype, buf, i),
+			      i / (n * d), i / d % n, i % d);
 		free(buf);
 		return -KVS_ENONFINITE;
 	}
@@ -223,9 +237,10 @@ static int read_token_ids(const struct pack_args *a, struct pack_inputs *in)
 	if (rc != 0)
 		return rc;
 	if (len != n * 4) {
-		kvs_cli_error("block pack", "token ids %s: %zu bytes, expected "
-			      "%zu (%zu little-endian uint32)", a->token_ids,
-			      len, n * 4, n);
+		kvs_cli_error("block pack",
+			      "token ids %s: %zu bytes, expected "
+			      "%zu (%zu little-endian uint32)",
+			      a->token_ids, len, n * 4, n);
 		return -KVS_EPARAM;
 	}
 	in->ids = malloc(n * sizeof(uint32_t));
@@ -304,8 +319,10 @@ static int block_pack(int argc, char **argv)
 	rc = kvs_block_seal(&shape, &ident, dtype, in.keys, in.values,
 			    a.lz4 ? KVS_ENCODE_LZ4 : 0, &obj, &obj_len);
 	if (rc == -KVS_ERANGE) {
-		kvs_cli_error("block pack", "a group's origin or step does not "
-			      "fit in %s metadata; try --meta fp32", a.meta);
+		kvs_cli_error("block pack",
+			      "a group's origin or step does not "
+			      "fit in %s metadata; try --meta fp32",
+			      a.meta);
 		goto release_inputs;
 	}
 	if (rc != 0) {
@@ -318,8 +335,9 @@ static int block_pack(int argc, char **argv)
 		goto free_obj;
 	kvs_id_to_hex(ident.block_id, id_hex);
 	printf("%s: block %s layer %" PRIu32 ", %zu bytes (fp16 K+V %zu "
-	       "bytes, %.2fx smaller)\n", a.out, id_hex, a.layer, obj_len,
-	       f16_bytes, (double)f16_bytes / (double)obj_len);
+	       "bytes, %.2fx smaller)\n",
+	       a.out, id_hex, a.layer, obj_len, f16_bytes,
+	       (double)f16_bytes / (double)obj_len);
 free_obj:
 	free(obj);
 release_inputs:
@@ -432,15 +450,16 @@ static const char *section_name(const struct kvs_header *h, uint32_t i)
 
 static const char *kind_name(uint8_t kind)
 {
-	return kind == KVS_KIND_BLOCK ? "block" :
-	       kind == KVS_KIND_TAIL ? "tail" : "unknown";
+	return kind == KVS_KIND_BLOCK  ? "block"
+	       : kind == KVS_KIND_TAIL ? "tail"
+				       : "unknown";
 }
 
 /* Bytes the object's K and V would take in fp16. */
 static uint64_t fp16_bytes(const struct kvs_header *h)
 {
-	uint64_t rows = h->kind == KVS_KIND_TAIL ?
-		(uint64_t)h->r_k + h->r_v : 2ull * h->tokens;
+	uint64_t rows = h->kind == KVS_KIND_TAIL ? (uint64_t)h->r_k + h->r_v
+						 : 2ull * h->tokens;
 
 	return rows * h->shape.kv_heads * h->shape.head_dim * 2;
 }
@@ -514,8 +533,8 @@ static void inspect_text(const struct kvs_header *h, int verify_rc)
 	printf("kind        %s (format version %u, layout %u, flags 0x%02x)\n",
 	       kind_name(h->kind), h->version, h->layout, h->flags);
 	printf("shape       %u kv heads x %" PRIu32 " tokens x D=%u, %u-bit, "
-	       "G=%u, S=%" PRIu32 ", R=%" PRIu32 ", meta %s\n", s->kv_heads,
-	       h->tokens, s->head_dim, s->bits, s->group, s->span,
+	       "G=%u, S=%" PRIu32 ", R=%" PRIu32 ", meta %s\n",
+	       s->kv_heads, h->tokens, s->head_dim, s->bits, s->group, s->span,
 	       s->residual, kvs_dtype_name((enum kvs_dtype)s->meta_type));
 	if (h->kind == KVS_KIND_TAIL)
 		printf("residual    r_K=%" PRIu32 " r_V=%" PRIu32 " in %s\n",
@@ -530,7 +549,8 @@ static void inspect_text(const struct kvs_header *h, int verify_rc)
 	kvs_id_to_hex(h->ident.model_fp, hex);
 	printf("model fp    %s\n", hex);
 	printf("size        %" PRIu64 " bytes; fp16 K+V %" PRIu64 " bytes "
-	       "(%.2fx smaller)\n", h->total_size, fp16_bytes(h),
+	       "(%.2fx smaller)\n",
+	       h->total_size, fp16_bytes(h),
 	       (double)fp16_bytes(h) / (double)h->total_size);
 	printf("sections    %-10s %8s %8s %8s %-5s %s\n", "name", "offset",
 	       "stored", "logical", "codec", "xxh3");
@@ -538,8 +558,9 @@ static void inspect_text(const struct kvs_header *h, int verify_rc)
 		const struct kvs_section *sec = &h->section[i];
 
 		printf("            %-10s %8" PRIu32 " %8" PRIu32 " %8" PRIu32
-		       " %-5s %016" PRIx64 "\n", section_name(h, i),
-		       sec->offset, sec->stored_len, sec->logical_len,
+		       " %-5s %016" PRIx64 "\n",
+		       section_name(h, i), sec->offset, sec->stored_len,
+		       sec->logical_len,
 		       sec->codec == KVS_CODEC_LZ4 ? "lz4" : "raw",
 		       sec->checksum);
 	}
@@ -616,17 +637,16 @@ int kvs_cmd_block(int argc, char **argv)
 		{ "verify", block_verify },
 	};
 
-	if (argc >= 2 && (strcmp(argv[1], "-h") == 0 ||
-			  strcmp(argv[1], "--help") == 0))
+	if (argc >= 2 &&
+	    (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0))
 		return kvs_cli_usage(block_usage, KVS_CLI_HELP);
-	for (size_t i = 0; argc >= 2 && i < sizeof(subs) / sizeof(subs[0]);
-	     i++)
+	for (size_t i = 0; argc >= 2 && i < sizeof(subs) / sizeof(subs[0]); i++)
 		if (strcmp(argv[1], subs[i].name) == 0)
 			return subs[i].run(argc - 1, argv + 1);
 	if (argc >= 2)
 		kvs_cli_error("block", "unknown subcommand '%s'", argv[1]);
 	else
 		kvs_cli_error("block", "which subcommand? pack, unpack, "
-			      "inspect or verify");
+				       "inspect or verify");
 	return kvs_cli_usage(block_usage, -KVS_EPARAM);
 }

@@ -22,7 +22,7 @@
 #define DEMO_TOKENS 128
 #define DEMO_GROUP 32
 #define DEMO_SEED 0x6b7673746173ull /* "kvstas" */
-#define DEMO_OUTLIER_A 5     /* channel */
+#define DEMO_OUTLIER_A 5 /* channel */
 #define DEMO_OUTLIER_A_BIAS 18.0f
 #define DEMO_OUTLIER_B 77
 #define DEMO_OUTLIER_B_BIAS -14.0f
@@ -166,7 +166,8 @@ static int demo_corrupt(const uint8_t *obj, size_t len)
 static void demo_report_error(const char *what, struct demo_error e)
 {
 	printf("            %-27s max abs %.4f, mean abs %.4f, relative "
-	       "(L2) %.4f\n", what, e.max_abs, e.mean_abs, e.relative);
+	       "(L2) %.4f\n",
+	       what, e.max_abs, e.mean_abs, e.relative);
 }
 
 static void demo_oneliners(void)
@@ -238,10 +239,10 @@ static int demo_block(const float *keys, const float *values, float *out_k,
 		goto free_obj;
 	}
 	printf("4. unpack   fp32 K/V back from the 2-bit block\n");
-	demo_report_error("Keys (per channel):", demo_compare(keys, out_k,
-							      DEMO_COUNT));
-	demo_report_error("Values (per token):", demo_compare(values, out_v,
-							      DEMO_COUNT));
+	demo_report_error("Keys (per channel):",
+			  demo_compare(keys, out_k, DEMO_COUNT));
+	demo_report_error("Values (per token):",
+			  demo_compare(values, out_v, DEMO_COUNT));
 	rc = per_token_keys(keys, out_k);
 	if (rc != 0) {
 		kvs_cli_error("demo", "per-token keys: %s", kvs_strerror(rc));
@@ -250,8 +251,8 @@ static int demo_block(const float *keys, const float *values, float *out_k,
 	demo_report_error("Keys if per token instead:",
 			  demo_compare(keys, out_k, DEMO_COUNT));
 	printf("5. bytes    %zu against %zu in fp16 (%.2fx smaller, %zu "
-	       "saved) and %zu in fp32 (%.2fx)\n", len, f16,
-	       (double)f16 / (double)len, f16 - len, f32,
+	       "saved) and %zu in fp32 (%.2fx)\n",
+	       len, f16, (double)f16 / (double)len, f16 - len, f32,
 	       (double)f32 / (double)len);
 free_obj:
 	free(obj);
@@ -273,8 +274,8 @@ int kvs_cmd_demo(int argc, char **argv)
 	}
 	demo_generate(buf, buf + DEMO_COUNT);
 	printf("kvstash demo: one layer, %d KV heads x %d tokens x D=%d, "
-	       "2-bit codes, G=%d, fp16 origin and step\n", DEMO_HEADS,
-	       DEMO_TOKENS, DEMO_DIM, DEMO_GROUP);
+	       "2-bit codes, G=%d, fp16 origin and step\n",
+	       DEMO_HEADS, DEMO_TOKENS, DEMO_DIM, DEMO_GROUP);
 	printf("            K/V generated from a fixed seed; Key channels %d "
 	       "and %d are outliers (around %+.0f and %+.0f)\n",
 	       DEMO_OUTLIER_A, DEMO_OUTLIER_B, (double)DEMO_OUTLIER_A_BIAS,

@@ -29,8 +29,8 @@ struct memory_args {
 	bool json;
 };
 
-static void memory_text(const struct memory_args *a,
-			const struct kvs_memory *m, double fp16)
+static void memory_text(const struct memory_args *a, const struct kvs_memory *m,
+			double fp16)
 {
 	uint64_t r_k = a->tokens % a->residual;
 	uint64_t r_v = a->tokens < a->residual ? a->tokens : a->residual;
@@ -39,19 +39,22 @@ static void memory_text(const struct memory_args *a,
 	printf("T=%" PRIu64 " D=%" PRIu32 " G=%" PRIu32 " R=%" PRIu32
 	       " b=%" PRIu32 " e=%" PRIu32 " f=%" PRIu32 "; %" PRIu32
 	       " layer(s) x %" PRIu32 " KV head(s) x %" PRIu32
-	       " request(s); r_K=%" PRIu64 " r_V=%" PRIu64 "\n", a->tokens,
-	       a->head_dim, a->group, a->residual, a->bits, a->meta_bytes,
-	       a->float_bytes, a->layers, a->kv_heads, a->batch, r_k, r_v);
+	       " request(s); r_K=%" PRIu64 " r_V=%" PRIu64 "\n",
+	       a->tokens, a->head_dim, a->group, a->residual, a->bits,
+	       a->meta_bytes, a->float_bytes, a->layers, a->kv_heads, a->batch,
+	       r_k, r_v);
 	printf("  quantized  %14.0f B  %12s\n", m->quantized_bytes,
 	       kvs_cli_human_bytes(m->quantized_bytes, h[0], sizeof(h[0])));
 	printf("  residual   %14.0f B  %12s\n", m->residual_bytes,
 	       kvs_cli_human_bytes(m->residual_bytes, h[1], sizeof(h[1])));
 	printf("  total      %14.0f B  %12s  (formula; %.2fx smaller than "
-	       "fp16)\n", m->total_bytes,
+	       "fp16)\n",
+	       m->total_bytes,
 	       kvs_cli_human_bytes(m->total_bytes, h[2], sizeof(h[2])),
 	       m->total_bytes > 0 ? fp16 / m->total_bytes : 0.0);
 	printf("  format     %14" PRIu64 " B  %12s  (actual encoded bytes; "
-	       "%.2fx smaller than fp16)\n", m->format_bytes,
+	       "%.2fx smaller than fp16)\n",
+	       m->format_bytes,
 	       kvs_cli_human_bytes((double)m->format_bytes, h[3], sizeof(h[3])),
 	       m->format_bytes > 0 ? fp16 / (double)m->format_bytes : 0.0);
 	printf("  fp16       %14.0f B  %12s  (unquantized baseline)\n", fp16,
@@ -101,8 +104,10 @@ int kvs_cmd_memory(int argc, char **argv)
 				a.bits, a.meta_bytes, a.float_bytes, a.layers,
 				a.kv_heads, a.batch, &m);
 	if (rc != 0) {
-		kvs_cli_error("memory", "%s: R a multiple of G, G dividing D, "
-			      "bits 2 or 4", kvs_strerror(rc));
+		kvs_cli_error("memory",
+			      "%s: R a multiple of G, G dividing D, "
+			      "bits 2 or 4",
+			      kvs_strerror(rc));
 		return kvs_cli_usage(memory_usage, rc);
 	}
 	fp16 = 2.0 * a.layers * a.kv_heads * a.batch * (double)a.tokens *

@@ -35,7 +35,8 @@ static const char store_usage[] =
 	"ID: 64 hex digits of the span id, ':' and the layer, as put prints.\n"
 	"Capacities take K, M, G or T suffixes (binary).  put prints one id\n"
 	"per block, in order; with --durable an id is printed only once its\n"
-	"block is on the device (fdatasync).  get exits 2 on a miss.  fsck exits 1\n"
+	"block is on the device (fdatasync).  get exits 2 on a miss.  fsck "
+	"exits 1\n"
 	"when bad records remain (run it again with --repair to drop them).\n";
 
 struct store_args {
@@ -61,8 +62,8 @@ static uint64_t fs_size(const char *dir)
 	return (uint64_t)vfs.f_blocks * vfs.f_frsize;
 }
 
-static int open_store(const char *cmd, const struct store_args *a,
-		      bool create, struct kvs_store **out)
+static int open_store(const char *cmd, const struct store_args *a, bool create,
+		      struct kvs_store **out)
 {
 	struct kvs_store_opts o;
 	int err;
@@ -75,8 +76,8 @@ static int open_store(const char *cmd, const struct store_args *a,
 	err = kvs_store_open(a->dir, &o, out);
 	if (err)
 		kvs_cli_error(cmd, "%s: %s", a->dir,
-			      err == -ENOENT ? "no store there" :
-			      kvs_strerror(err));
+			      err == -ENOENT ? "no store there"
+					     : kvs_strerror(err));
 	return err;
 }
 
@@ -120,11 +121,11 @@ static int put_chunk(struct kvs_store *s, char **paths, size_t n,
 	return err;
 }
 
-static int store_put(int argc, char **argv, struct store_args *a,
-		     char **pos, size_t n_pos)
+static int store_put(int argc, char **argv, struct store_args *a, char **pos,
+		     size_t n_pos)
 {
-	enum kvs_durability dur = a->durable ? KVS_DURABILITY_DURABLE :
-					       KVS_DURABILITY_WRITTEN;
+	enum kvs_durability dur =
+		a->durable ? KVS_DURABILITY_DURABLE : KVS_DURABILITY_WRITTEN;
 	struct kvs_store *s;
 	int err = 0;
 
@@ -142,8 +143,8 @@ static int store_put(int argc, char **argv, struct store_args *a,
 	return err ? KVS_EXIT_FAIL : KVS_EXIT_OK;
 }
 
-static int store_get(int argc, char **argv, struct store_args *a,
-		     char **pos, size_t n_pos)
+static int store_get(int argc, char **argv, struct store_args *a, char **pos,
+		     size_t n_pos)
 {
 	struct kvs_store_key key;
 	struct kvs_store_ref *ref;
@@ -151,13 +152,16 @@ static int store_get(int argc, char **argv, struct store_args *a,
 	int err, rc;
 
 	if (n_pos != 1 || !a->out) {
-		kvs_cli_error("store get", n_pos != 1 ? "which id? (one ID)" :
-			      "where to? (--out FILE missing)");
+		kvs_cli_error("store get",
+			      n_pos != 1 ? "which id? (one ID)"
+					 : "where to? (--out FILE missing)");
 		return kvs_cli_usage(store_usage, -KVS_EPARAM);
 	}
 	if (kvs_store_key_parse(pos[0], &key)) {
-		kvs_cli_error("store get", "'%s' is not an id (64 hex "
-			      "digits, ':' and the layer)", pos[0]);
+		kvs_cli_error("store get",
+			      "'%s' is not an id (64 hex "
+			      "digits, ':' and the layer)",
+			      pos[0]);
 		return KVS_EXIT_USAGE;
 	}
 	if (open_store("store get", a, false, &s))
@@ -167,14 +171,14 @@ static int store_get(int argc, char **argv, struct store_args *a,
 		kvs_cli_error("store get", "%s: not found", pos[0]);
 		rc = KVS_EXIT_USAGE;
 	} else if (err) {
-		kvs_cli_error("store get", "%s: %s", pos[0],
-			      kvs_strerror(err));
+		kvs_cli_error("store get", "%s: %s", pos[0], kvs_strerror(err));
 		rc = KVS_EXIT_FAIL;
 	} else {
 		rc = kvs_cli_write_file("store get", a->out,
 					kvs_store_ref_data(ref),
-					kvs_store_ref_len(ref)) ?
-		     KVS_EXIT_FAIL : KVS_EXIT_OK;
+					kvs_store_ref_len(ref))
+			     ? KVS_EXIT_FAIL
+			     : KVS_EXIT_OK;
 		kvs_store_ref_release(ref);
 	}
 	kvs_store_close(s);
@@ -191,8 +195,8 @@ static void tier_json(struct kvs_cli_json *j, const char *name,
 	kvs_cli_json_object_end(j);
 }
 
-static int store_stat(int argc, char **argv, struct store_args *a,
-		      char **pos, size_t n_pos)
+static int store_stat(int argc, char **argv, struct store_args *a, char **pos,
+		      size_t n_pos)
 {
 	struct kvs_store_stats st;
 	struct kvs_store *s;
@@ -207,12 +211,12 @@ static int store_stat(int argc, char **argv, struct store_args *a,
 	kvs_store_stats_get(s, &st);
 	kvs_store_close(s);
 	if (!a->json) {
-		printf("dram: %" PRIu64 " blocks, %" PRIu64 " bytes of %"
-		       PRIu64 "\nnvme: %" PRIu64 " blocks, %" PRIu64
+		printf("dram: %" PRIu64 " blocks, %" PRIu64 " bytes of %" PRIu64
+		       "\nnvme: %" PRIu64 " blocks, %" PRIu64
 		       " bytes in %" PRIu64 " segments (%" PRIu64
 		       " file bytes), %s I/O\ncounters of this process only: "
-		       "corrupt dropped: %" PRIu64
-		       ", torn dropped: %" PRIu64 "\n",
+		       "corrupt dropped: %" PRIu64 ", torn dropped: %" PRIu64
+		       "\n",
 		       st.dram.blocks, st.dram.bytes, st.dram.capacity,
 		       st.nvme.blocks, st.nvme.bytes, st.segments,
 		       st.nvme_file_bytes,
@@ -253,8 +257,9 @@ static void fsck_record(void *arg, const struct kvs_fsck_record *r)
 	if (!j) {
 		if (r->status != KVS_FSCK_GOOD)
 			printf("segment %" PRIu64 " offset %" PRIu64
-			       ": %s (%s)\n", r->segment, r->offset,
-			       fsck_status[r->status], r->check);
+			       ": %s (%s)\n",
+			       r->segment, r->offset, fsck_status[r->status],
+			       r->check);
 		return;
 	}
 	kvs_cli_json_object_begin(j, NULL);
@@ -273,8 +278,8 @@ static void fsck_record(void *arg, const struct kvs_fsck_record *r)
 	kvs_cli_json_object_end(j);
 }
 
-static int store_fsck(int argc, char **argv, struct store_args *a,
-		      char **pos, size_t n_pos)
+static int store_fsck(int argc, char **argv, struct store_args *a, char **pos,
+		      size_t n_pos)
 {
 	struct kvs_fsck_report rep;
 	struct kvs_cli_json j;
@@ -312,18 +317,18 @@ static int store_fsck(int argc, char **argv, struct store_args *a,
 	}
 	if (err) {
 		kvs_cli_error("store fsck", "%s: %s", a->dir,
-			      err == -ENOENT ? "no store there" :
-			      kvs_strerror(err));
+			      err == -ENOENT ? "no store there"
+					     : kvs_strerror(err));
 		return KVS_EXIT_FAIL;
 	}
 	if (!a->json)
 		printf("%" PRIu64 " segments: %" PRIu64 " good, %" PRIu64
-		       " corrupt, %" PRIu64 " torn, %" PRIu64
-		       " superseded%s\n", rep.segments, rep.good, rep.corrupt,
-		       rep.torn, rep.superseded,
+		       " corrupt, %" PRIu64 " torn, %" PRIu64 " superseded%s\n",
+		       rep.segments, rep.good, rep.corrupt, rep.torn,
+		       rep.superseded,
 		       a->repair && rep.repaired_segments ? " (repaired)" : "");
-	return (rep.corrupt + rep.torn) && !a->repair ? KVS_EXIT_FAIL :
-						       KVS_EXIT_OK;
+	return (rep.corrupt + rep.torn) && !a->repair ? KVS_EXIT_FAIL
+						      : KVS_EXIT_OK;
 }
 
 int kvs_cmd_store(int argc, char **argv)
@@ -355,8 +360,8 @@ int kvs_cmd_store(int argc, char **argv)
 	size_t n_pos;
 	int rc;
 
-	if (argc >= 2 && (strcmp(argv[1], "-h") == 0 ||
-			  strcmp(argv[1], "--help") == 0))
+	if (argc >= 2 &&
+	    (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0))
 		return kvs_cli_usage(store_usage, KVS_CLI_HELP);
 	for (size_t i = 0; argc >= 2 && i < sizeof(subs) / sizeof(subs[0]);
 	     i++) {
@@ -381,6 +386,6 @@ int kvs_cmd_store(int argc, char **argv)
 		kvs_cli_error("store", "unknown subcommand '%s'", argv[1]);
 	else
 		kvs_cli_error("store", "which subcommand? put, get, stat or "
-			      "fsck");
+				       "fsck");
 	return kvs_cli_usage(store_usage, -KVS_EPARAM);
 }

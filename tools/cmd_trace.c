@@ -51,7 +51,8 @@ static void trace_text(const struct kvs_trace_row *rows, uint32_t steps,
 		       uint32_t residual, uint32_t group, enum kvs_order order)
 {
 	printf("order %s, R=%" PRIu32 ", G=%" PRIu32 "; lengths as "
-	       "quantized+full\n", kvs_order_name(order), residual, group);
+	       "quantized+full\n",
+	       kvs_order_name(order), residual, group);
 	printf("%8s  %15s  %15s  %15s  %15s\n", "tokens", "K compute",
 	       "K persisted", "V compute", "V persisted");
 	for (uint32_t i = 0; i < steps; i++) {
@@ -90,13 +91,17 @@ int kvs_cmd_trace(int argc, char **argv)
 	rc = kvs_cli_parse("trace", argc, argv, opts,
 			   sizeof(opts) / sizeof(opts[0]), NULL, 0, NULL);
 	if (rc == 0 && kvs_order_parse(order_name, &order) != 0) {
-		kvs_cli_error("trace", "--order: expected kivi or paper, got "
-			      "'%s'", order_name);
+		kvs_cli_error("trace",
+			      "--order: expected kivi or paper, got "
+			      "'%s'",
+			      order_name);
 		rc = -KVS_EPARAM;
 	}
 	if (rc == 0 && residual % group != 0) {
-		kvs_cli_error("trace", "--residual %" PRIu32 " must be a "
-			      "multiple of --group %" PRIu32, residual, group);
+		kvs_cli_error("trace",
+			      "--residual %" PRIu32 " must be a "
+			      "multiple of --group %" PRIu32,
+			      residual, group);
 		rc = -KVS_EPARAM;
 	}
 	if (rc != 0)

@@ -16,24 +16,24 @@ extern "C" {
 enum kvs_error {
 	KVS_ERROR_BASE = 4096,
 	KVS_EPARAM = KVS_ERROR_BASE, /* invalid shape or argument combination */
-	KVS_ENONFINITE,  /* NaN or infinity in input values */
-	KVS_ERANGE,      /* origin or step not representable in the metadata type */
-	KVS_ETRUNC,      /* buffer shorter than the header or the declared size */
-	KVS_EMAGIC,      /* bad magic: not a kvstash object */
-	KVS_EVERSION,    /* format version newer (or older) than supported */
-	KVS_EHDRSUM,     /* header checksum mismatch */
-	KVS_EBOUNDS,     /* offset/length out of bounds, overlapping or malformed */
-	KVS_ESECTSUM,    /* section checksum mismatch */
-	KVS_ELZ4,        /* LZ4 section failed to decode to its logical length */
-	KVS_EMETA,       /* non-finite or non-positive metadata (origin/step) */
-	KVS_EKIND,       /* object kind is not the one asked for */
-	KVS_EBOUNDARY,   /* Key/Value boundaries do not cover the same tokens */
-	KVS_ECORRUPT,    /* other structural corruption (padding, record header) */
-	KVS_ENOTFOUND,   /* miss: no such block */
-	KVS_EPROTO,      /* malformed or unknown request on the wire */
-	KVS_EAUTH,       /* peer not authenticated */
-	KVS_ECUDA,       /* CUDA runtime or launch failure */
-	KVS_ENODEV,      /* no device / backend not available */
+	KVS_ENONFINITE, /* NaN or infinity in input values */
+	KVS_ERANGE, /* origin or step not representable in the metadata type */
+	KVS_ETRUNC, /* buffer shorter than the header or the declared size */
+	KVS_EMAGIC, /* bad magic: not a kvstash object */
+	KVS_EVERSION, /* format version newer (or older) than supported */
+	KVS_EHDRSUM, /* header checksum mismatch */
+	KVS_EBOUNDS, /* offset/length out of bounds, overlapping or malformed */
+	KVS_ESECTSUM, /* section checksum mismatch */
+	KVS_ELZ4, /* LZ4 section failed to decode to its logical length */
+	KVS_EMETA, /* non-finite or non-positive metadata (origin/step) */
+	KVS_EKIND, /* object kind is not the one asked for */
+	KVS_EBOUNDARY, /* Key/Value boundaries do not cover the same tokens */
+	KVS_ECORRUPT, /* other structural corruption (padding, record header) */
+	KVS_ENOTFOUND, /* miss: no such block */
+	KVS_EPROTO, /* malformed or unknown request on the wire */
+	KVS_EAUTH, /* peer not authenticated */
+	KVS_ECUDA, /* CUDA runtime or launch failure */
+	KVS_ENODEV, /* no device / backend not available */
 	KVS_ERROR_END
 };
 

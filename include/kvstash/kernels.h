@@ -47,15 +47,15 @@ int kvs_cuda_available(void);
  */
 struct kvs_cuda_seal {
 	struct kvs_shape shape;
-	enum kvs_dtype in_dtype;        /* KVS_DTYPE_F16 or KVS_DTYPE_BF16 */
-	const void *keys, *values;      /* device */
+	enum kvs_dtype in_dtype; /* KVS_DTYPE_F16 or KVS_DTYPE_BF16 */
+	const void *keys, *values; /* device */
 	int64_t block_stride, token_stride, head_stride; /* elements */
-	const void *const *src;         /* device [blocks][2] or NULL */
+	const void *const *src; /* device [blocks][2] or NULL */
 	uint32_t blocks;
-	uint8_t *images;                /* device */
-	uint64_t image_stride;          /* bytes, multiple of 256 */
-	const int32_t *dst;             /* device [blocks] or NULL */
-	uint32_t *status;               /* device flag word, or NULL */
+	uint8_t *images; /* device */
+	uint64_t image_stride; /* bytes, multiple of 256 */
+	const int32_t *dst; /* device [blocks] or NULL */
+	uint32_t *status; /* device flag word, or NULL */
 	void *stream;
 };
 
@@ -107,29 +107,29 @@ struct kvs_cuda_seq {
  */
 struct kvs_cuda_attn {
 	struct kvs_shape shape;
-	uint32_t batch, q_heads;        /* q_heads multiple of kv_heads */
-	enum kvs_dtype dtype;           /* q and residuals: f32, f16, bf16 */
-	enum kvs_dtype out_dtype;       /* f32, f16 or bf16 */
-	float scale;                    /* usually 1/sqrt(head_dim) */
-	uint32_t max_tokens;            /* >= every sequence's token count */
-	const void *q;                  /* device [batch][q_heads][D] */
-	const uint8_t *pool;            /* device */
-	uint64_t page_stride;           /* bytes, multiple of 256 */
-	const int32_t *page_table;      /* device [batch][max_pages] */
+	uint32_t batch, q_heads; /* q_heads multiple of kv_heads */
+	enum kvs_dtype dtype; /* q and residuals: f32, f16, bf16 */
+	enum kvs_dtype out_dtype; /* f32, f16 or bf16 */
+	float scale; /* usually 1/sqrt(head_dim) */
+	uint32_t max_tokens; /* >= every sequence's token count */
+	const void *q; /* device [batch][q_heads][D] */
+	const uint8_t *pool; /* device */
+	uint64_t page_stride; /* bytes, multiple of 256 */
+	const int32_t *page_table; /* device [batch][max_pages] */
 	uint32_t max_pages;
 	const struct kvs_cuda_seq *seqs; /* device [batch] */
-	const void *k_resid;            /* device [batch][kv][k_stride][D] */
-	const void *v_resid;            /* device [batch][kv][v_stride][D] */
+	const void *k_resid; /* device [batch][kv][k_stride][D] */
+	const void *v_resid; /* device [batch][kv][v_stride][D] */
 	uint32_t k_resid_stride, v_resid_stride; /* rows per (seq, head) */
-	void *out;                      /* device [batch][q_heads][D] */
-	void *workspace;                /* device, kvs_cuda_attn_workspace() */
+	void *out; /* device [batch][q_heads][D] */
+	void *workspace; /* device, kvs_cuda_attn_workspace() */
 	uint64_t workspace_size;
-	uint32_t flags;                 /* KVS_CUDA_ATTN_* */
+	uint32_t flags; /* KVS_CUDA_ATTN_* */
 	void *stream;
 };
 
-#define KVS_CUDA_ATTN_GENERIC 0x1u      /* never take the tensor-core path */
-#define KVS_CUDA_ATTN_OCC3 0x2u         /* tuning: the 3-CTA/SM fast build */
+#define KVS_CUDA_ATTN_GENERIC 0x1u /* never take the tensor-core path */
+#define KVS_CUDA_ATTN_OCC3 0x2u /* tuning: the 3-CTA/SM fast build */
 
 /* Workspace bytes kvs_cuda_attend() needs for these arguments. */
 uint64_t kvs_cuda_attn_workspace(const struct kvs_cuda_attn *args);
@@ -143,13 +143,13 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *args);
  * it is compacted once every R+1 pops), lengths in @seqs (device).
  */
 struct kvs_cuda_resid {
-	struct kvs_shape shape;         /* span S == residual R */
+	struct kvs_shape shape; /* span S == residual R */
 	uint32_t batch;
-	enum kvs_dtype dtype;           /* f16 or bf16 */
-	void *k_resid, *v_resid;        /* device, as in kvs_cuda_attn */
+	enum kvs_dtype dtype; /* f16 or bf16 */
+	void *k_resid, *v_resid; /* device, as in kvs_cuda_attn */
 	uint32_t k_resid_stride, v_resid_stride;
-	struct kvs_cuda_seq *seqs;      /* device [batch] */
-	int32_t *page_table;            /* device [batch][max_pages] */
+	struct kvs_cuda_seq *seqs; /* device [batch] */
+	int32_t *page_table; /* device [batch][max_pages] */
 	uint32_t max_pages;
 	void *stream;
 };
@@ -165,10 +165,9 @@ int kvs_cuda_resid_append(const struct kvs_cuda_resid *st, const void *k,
  * residual.  The block's Values are the last R rows of the FIFO.  Errors as
  * kvs_cuda_seal_blocks (@status as there).
  */
-int kvs_cuda_resid_seal(const struct kvs_cuda_resid *st,
-			const int32_t *seq_ids, const int32_t *pages,
-			uint32_t count, uint8_t *pool, uint64_t page_stride,
-			uint32_t *status);
+int kvs_cuda_resid_seal(const struct kvs_cuda_resid *st, const int32_t *seq_ids,
+			const int32_t *pages, uint32_t count, uint8_t *pool,
+			uint64_t page_stride, uint32_t *status);
 /* Pops the oldest Value of every sequence holding more than R. */
 int kvs_cuda_resid_pop(const struct kvs_cuda_resid *st);
 

@@ -127,12 +127,12 @@ enum kvs_codec {
 /* Parameters that fix a block's byte layout. */
 struct kvs_shape {
 	uint16_t kv_heads;
-	uint16_t head_dim;     /* D, a multiple of group */
-	uint16_t group;        /* G, power of two */
-	uint8_t bits;          /* 2 or 4 */
-	uint8_t meta_type;     /* enum kvs_dtype */
-	uint32_t span;         /* S tokens per block, multiple of residual */
-	uint32_t residual;     /* R, multiple of group */
+	uint16_t head_dim; /* D, a multiple of group */
+	uint16_t group; /* G, power of two */
+	uint8_t bits; /* 2 or 4 */
+	uint8_t meta_type; /* enum kvs_dtype */
+	uint32_t span; /* S tokens per block, multiple of residual */
+	uint32_t residual; /* R, multiple of group */
 };
 
 /* Default shape parameters (DESIGN.md): b=2, G=32, S=R=128, fp16 meta. */
@@ -143,32 +143,32 @@ int kvs_shape_check(const struct kvs_shape *shape);
 
 /* Identity and position of an object; all ids are SHA-256 digests. */
 struct kvs_ident {
-	uint8_t block_id[KVS_ID_SIZE];  /* span id (layer not folded in) */
+	uint8_t block_id[KVS_ID_SIZE]; /* span id (layer not folded in) */
 	uint8_t parent_id[KVS_ID_SIZE]; /* all-zero for the first span */
 	uint8_t model_fp[KVS_ID_SIZE];
 	uint32_t layer;
-	uint64_t first_pos;             /* position of the first token */
+	uint64_t first_pos; /* position of the first token */
 };
 
 struct kvs_section {
-	uint32_t offset;        /* from the start of the object */
-	uint32_t stored_len;    /* bytes in the object */
-	uint32_t logical_len;   /* bytes once decoded */
-	uint8_t codec;          /* enum kvs_codec */
-	uint64_t checksum;      /* xxh3-64 of the stored bytes */
+	uint32_t offset; /* from the start of the object */
+	uint32_t stored_len; /* bytes in the object */
+	uint32_t logical_len; /* bytes once decoded */
+	uint8_t codec; /* enum kvs_codec */
+	uint64_t checksum; /* xxh3-64 of the stored bytes */
 };
 
 /* Decoded header. */
 struct kvs_header {
 	uint16_t version;
-	uint8_t kind;           /* enum kvs_kind */
+	uint8_t kind; /* enum kvs_kind */
 	uint8_t flags;
-	uint8_t layout;         /* enum kvs_layout_id */
-	uint8_t tail_dtype;     /* tails: enum kvs_dtype of K/V; blocks: 0 */
+	uint8_t layout; /* enum kvs_layout_id */
+	uint8_t tail_dtype; /* tails: enum kvs_dtype of K/V; blocks: 0 */
 	struct kvs_shape shape;
-	uint32_t tokens;        /* logical tokens (blocks: == span) */
-	uint32_t r_k, r_v;      /* tails: residual rows */
-	uint64_t total_size;    /* bytes of the whole object */
+	uint32_t tokens; /* logical tokens (blocks: == span) */
+	uint32_t r_k, r_v; /* tails: residual rows */
+	uint64_t total_size; /* bytes of the whole object */
 	struct kvs_ident ident;
 	uint32_t section_count;
 	struct kvs_section section[KVS_SECTION_MAX];
@@ -248,7 +248,7 @@ int kvs_header_decode(const uint8_t *buf, size_t len, unsigned flags,
 struct kvs_view {
 	struct kvs_header hdr;
 	const uint8_t *section[KVS_SECTION_MAX]; /* logical bytes */
-	uint8_t *owned;         /* decompression buffer, or NULL */
+	uint8_t *owned; /* decompression buffer, or NULL */
 };
 
 /*
@@ -277,8 +277,8 @@ int kvs_block_dequantize(const struct kvs_view *view, float *keys,
 			 float *values);
 
 /* Element accessors on an opened block (CPU reference paths). */
-float kvs_block_key(const struct kvs_view *view, uint32_t head,
-		    uint32_t token, uint32_t channel);
+float kvs_block_key(const struct kvs_view *view, uint32_t head, uint32_t token,
+		    uint32_t channel);
 float kvs_block_value(const struct kvs_view *view, uint32_t head,
 		      uint32_t token, uint32_t channel);
 
@@ -315,10 +315,10 @@ int kvs_id_from_hex(const char *hex, uint8_t out[KVS_ID_SIZE]);
 
 struct kvs_memory {
 	double quantized_bytes; /* D (2T - r_K - r_V)(b/8 + 2e/G) */
-	double residual_bytes;  /* D (r_K + r_V) f */
+	double residual_bytes; /* D (r_K + r_V) f */
 	double total_bytes;
-	uint64_t format_bytes;  /* actual encoded blocks + tail, headers and
-				   padding included */
+	uint64_t format_bytes; /* actual encoded blocks + tail, headers and
+				  padding included */
 };
 
 /*

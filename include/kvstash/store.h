@@ -44,9 +44,9 @@ extern "C" {
 #endif
 
 #define KVS_STORE_FORMAT_VERSION 1
-#define KVS_STORE_ALIGN 4096u           /* record and I/O alignment */
-#define KVS_STORE_RECORD_HEADER 128u    /* bytes before the object */
-#define KVS_STORE_KEY_TEXT 76           /* "64 hex:layer" + NUL, max */
+#define KVS_STORE_ALIGN 4096u /* record and I/O alignment */
+#define KVS_STORE_RECORD_HEADER 128u /* bytes before the object */
+#define KVS_STORE_KEY_TEXT 76 /* "64 hex:layer" + NUL, max */
 
 struct kvs_store;
 
@@ -72,17 +72,17 @@ enum kvs_store_io_op {
 /* One read or write.  @res and @done are set when it completes; the
  * request must stay in place until then. */
 struct kvs_store_io_req {
-	uint8_t op;             /* enum kvs_store_io_op */
+	uint8_t op; /* enum kvs_store_io_op */
 	int fd;
 	void *buf;
 	uint32_t len;
 	uint64_t off;
-	int buf_index;          /* registered buffer, or -1 */
-	int32_t res;            /* out: bytes moved or -errno */
-	bool done;              /* out */
+	int buf_index; /* registered buffer, or -1 */
+	int32_t res; /* out: bytes moved or -errno */
+	bool done; /* out */
 };
 
-struct kvs_store_ring;          /* io_uring engine, opaque */
+struct kvs_store_ring; /* io_uring engine, opaque */
 
 /*
  * Every system call the store makes.  Each returns what the system call
@@ -107,11 +107,11 @@ struct kvs_store_io_ops {
 	int (*fdatasync)(void *ctx, int fd);
 	int (*ftruncate)(void *ctx, int fd, off_t len);
 	int (*fallocate)(void *ctx, int fd, off_t len); /* mode 0 from 0 */
-	int (*size)(void *ctx, int fd, uint64_t *out);  /* fstat st_size */
+	int (*size)(void *ctx, int fd, uint64_t *out); /* fstat st_size */
 	int (*rename)(void *ctx, const char *from, const char *to);
 	int (*unlink)(void *ctx, const char *path);
 	int (*mkdir)(void *ctx, const char *path, mode_t mode);
-	int (*lock)(void *ctx, int fd);         /* flock(LOCK_EX), waits */
+	int (*lock)(void *ctx, int fd); /* flock(LOCK_EX), waits */
 	/* Calls @fn with each name in @dir until it returns non-zero (then
 	 * returned); 0 when all were seen, or -errno of opendir/readdir. */
 	int (*list)(void *ctx, const char *dir,
@@ -128,13 +128,13 @@ const struct kvs_store_io_ops *kvs_store_io_default(void);
 /* ---- open / close ---------------------------------------------------- */
 
 struct kvs_store_opts {
-	uint64_t dram_capacity;   /* bytes of DRAM arena; 0 = no DRAM tier */
-	uint64_t nvme_capacity;   /* bytes of segment files; 0 = no NVMe tier */
-	uint64_t segment_size;    /* bytes per segment file; 0 = default */
-	unsigned queue_depth;     /* io_uring depth; 0 = default (32) */
-	bool write_through;       /* every put at least WRITTEN */
-	bool create;              /* create the directory/store if missing */
-	bool buffered_io;         /* do not even try O_DIRECT */
+	uint64_t dram_capacity; /* bytes of DRAM arena; 0 = no DRAM tier */
+	uint64_t nvme_capacity; /* bytes of segment files; 0 = no NVMe tier */
+	uint64_t segment_size; /* bytes per segment file; 0 = default */
+	unsigned queue_depth; /* io_uring depth; 0 = default (32) */
+	bool write_through; /* every put at least WRITTEN */
+	bool create; /* create the directory/store if missing */
+	bool buffered_io; /* do not even try O_DIRECT */
 	const struct kvs_store_io_ops *io; /* NULL = kvs_store_io_default() */
 };
 
@@ -160,8 +160,7 @@ void kvs_store_close(struct kvs_store *store);
 
 /* The store key of an encoded object (from its header).  0 or the
  * kvs_header_decode() error. */
-int kvs_store_key_of(const uint8_t *obj, size_t len,
-		     struct kvs_store_key *out);
+int kvs_store_key_of(const uint8_t *obj, size_t len, struct kvs_store_key *out);
 
 /* "<64 hex>:<layer>" into @out (KVS_STORE_KEY_TEXT bytes). */
 void kvs_store_key_format(const struct kvs_store_key *key,
@@ -232,7 +231,7 @@ int kvs_store_sync(struct kvs_store *store);
 
 struct kvs_store_tier_stats {
 	uint64_t blocks;
-	uint64_t bytes;         /* object bytes held */
+	uint64_t bytes; /* object bytes held */
 	uint64_t capacity;
 };
 
@@ -240,46 +239,45 @@ struct kvs_store_stats {
 	struct kvs_store_tier_stats dram, nvme;
 	uint64_t hits, misses;
 	uint64_t dram_hits, nvme_hits;
-	uint64_t evictions;     /* objects dropped from the store */
-	uint64_t spills;        /* DRAM -> NVMe writes on eviction */
-	uint64_t promotions;    /* NVMe -> DRAM reads */
-	uint64_t carried;       /* records moved forward by segment cleaning */
+	uint64_t evictions; /* objects dropped from the store */
+	uint64_t spills; /* DRAM -> NVMe writes on eviction */
+	uint64_t promotions; /* NVMe -> DRAM reads */
+	uint64_t carried; /* records moved forward by segment cleaning */
 	uint64_t corrupt_dropped; /* failed a check on read or at recovery */
-	uint64_t torn_dropped;  /* incomplete records found at recovery */
+	uint64_t torn_dropped; /* incomplete records found at recovery */
 	uint64_t segments;
 	uint64_t nvme_file_bytes; /* segment file bytes, headers and padding */
-	bool direct_io;         /* O_DIRECT in use */
-	bool hugepages;         /* DRAM arena on hugepages */
-	bool registered;        /* DRAM arena registered with io_uring */
+	bool direct_io; /* O_DIRECT in use */
+	bool hugepages; /* DRAM arena on hugepages */
+	bool registered; /* DRAM arena registered with io_uring */
 };
 
 /* Counters since open. */
-void kvs_store_stats_get(struct kvs_store *store,
-			 struct kvs_store_stats *out);
+void kvs_store_stats_get(struct kvs_store *store, struct kvs_store_stats *out);
 
 /* ---- fsck ------------------------------------------------------------ */
 
 enum kvs_fsck_status {
 	KVS_FSCK_GOOD = 0,
-	KVS_FSCK_CORRUPT = 1,   /* a complete record failed a check */
-	KVS_FSCK_TORN = 2,      /* the log ends inside this record */
+	KVS_FSCK_CORRUPT = 1, /* a complete record failed a check */
+	KVS_FSCK_TORN = 2, /* the log ends inside this record */
 };
 
 struct kvs_fsck_record {
-	uint64_t segment;       /* segment id */
-	uint64_t offset;        /* record offset in the segment file */
-	uint64_t length;        /* bytes this verdict covers */
-	uint64_t seq;           /* 0 if the header is unreadable */
+	uint64_t segment; /* segment id */
+	uint64_t offset; /* record offset in the segment file */
+	uint64_t length; /* bytes this verdict covers */
+	uint64_t seq; /* 0 if the header is unreadable */
 	bool key_valid;
 	struct kvs_store_key key;
 	enum kvs_fsck_status status;
-	const char *check;      /* failed check, NULL when good */
-	bool superseded;        /* good, but a newer record has its key */
+	const char *check; /* failed check, NULL when good */
+	bool superseded; /* good, but a newer record has its key */
 };
 
 struct kvs_fsck_report {
 	uint64_t segments, records, good, corrupt, torn, superseded;
-	uint64_t bad_segments;  /* segment header unreadable */
+	uint64_t bad_segments; /* segment header unreadable */
 	uint64_t repaired_segments; /* rewritten by --repair */
 };
 

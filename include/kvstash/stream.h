@@ -24,7 +24,7 @@ extern "C" {
 #endif
 
 enum kvs_order {
-	KVS_ORDER_KIVI = 0,  /* fixed Flash decode path (default) */
+	KVS_ORDER_KIVI = 0, /* fixed Flash decode path (default) */
 	KVS_ORDER_PAPER = 1, /* Algorithm 1 */
 };
 
@@ -64,18 +64,18 @@ int kvs_trace(uint32_t residual, uint32_t group, enum kvs_order order,
  * [i*S, (i+1)*S).
  */
 struct kvs_attn {
-	uint32_t q_heads;            /* multiple of kv_heads (GQA) */
+	uint32_t q_heads; /* multiple of kv_heads (GQA) */
 	uint32_t kv_heads, head_dim;
-	float scale;                 /* usually 1/sqrt(head_dim) */
-	const float *q;              /* [q_heads][head_dim] */
+	float scale; /* usually 1/sqrt(head_dim) */
+	const float *q; /* [q_heads][head_dim] */
 	const struct kvs_view *const *blocks;
 	uint32_t block_count;
 	uint32_t k_quant_len, v_quant_len;
-	const float *k_resid;        /* [kv_heads][k_resid_stride][head_dim] */
-	const float *v_resid;        /* [kv_heads][v_resid_stride][head_dim] */
+	const float *k_resid; /* [kv_heads][k_resid_stride][head_dim] */
+	const float *v_resid; /* [kv_heads][v_resid_stride][head_dim] */
 	uint32_t k_resid_len, v_resid_len;
 	uint32_t k_resid_stride, v_resid_stride; /* rows allocated per head */
-	float *out;                  /* [q_heads][head_dim], written */
+	float *out; /* [q_heads][head_dim], written */
 };
 
 struct kvs_backend_ops {
@@ -101,14 +101,14 @@ const struct kvs_backend_ops *kvs_backend_cpu(void);
 struct kvs_stream;
 
 struct kvs_stream_config {
-	struct kvs_shape shape;       /* span S, residual R, group, bits... */
+	struct kvs_shape shape; /* span S, residual R, group, bits... */
 	enum kvs_order order;
-	uint32_t q_heads;             /* multiple of shape.kv_heads */
+	uint32_t q_heads; /* multiple of shape.kv_heads */
 	const struct kvs_backend_ops *backend; /* NULL: CPU reference; the
 						  stream hands every op host
 						  memory */
-	struct kvs_ident ident;       /* model_fp, layer; ids derived per
-					 block from token ids when given */
+	struct kvs_ident ident; /* model_fp, layer; ids derived per
+				   block from token ids when given */
 };
 
 /* Creates an empty stream; *out owned by the caller (kvs_stream_destroy). */

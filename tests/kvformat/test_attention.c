@@ -32,9 +32,12 @@ static void seed_case_init(struct seed_case *c)
 
 	memset(c, 0, sizeof(*c));
 	memset(&ident, 0, sizeof(ident));
-	c->shape = (struct kvs_shape){ .kv_heads = 1, .head_dim = 4,
-				       .group = 4, .bits = 2,
-				       .meta_type = KVS_DTYPE_F16, .span = 8,
+	c->shape = (struct kvs_shape){ .kv_heads = 1,
+				       .head_dim = 4,
+				       .group = 4,
+				       .bits = 2,
+				       .meta_type = KVS_DTYPE_F16,
+				       .span = 8,
 				       .residual = 8 };
 	/* Keys 0 quantize exactly (constant groups); Values of token t,
 	 * [t, t + 1, t + 2, t + 3], sit on their own grid (origin t, step 1,
@@ -45,8 +48,8 @@ static void seed_case_init(struct seed_case *c)
 			values[t][d] = (float)(t + 1 + d);
 		}
 	assert_int_equal(test_block_make(&c->shape, &ident, &keys[0][0],
-					 &values[0][0], 0, &c->blk,
-					 &kd[0][0], &vd[0][0]),
+					 &values[0][0], 0, &c->blk, &kd[0][0],
+					 &vd[0][0]),
 			 0);
 	for (t = 0; t < 8; t++)
 		for (d = 0; d < 4; d++) {
@@ -60,12 +63,22 @@ static void seed_case_init(struct seed_case *c)
 		for (d = 0; d < 4; d++)
 			c->v_resid[t][d] = (float)(t + 5 + d);
 	c->a = (struct kvs_attn){
-		.q_heads = 1, .kv_heads = 1, .head_dim = 4, .scale = 1.0f,
-		.q = c->q, .blocks = c->views, .block_count = 1,
-		.k_quant_len = 8, .v_quant_len = 4,
-		.k_resid = c->k_resid, .v_resid = &c->v_resid[0][0],
-		.k_resid_len = 1, .v_resid_len = 5,
-		.k_resid_stride = 1, .v_resid_stride = 5, .out = c->out,
+		.q_heads = 1,
+		.kv_heads = 1,
+		.head_dim = 4,
+		.scale = 1.0f,
+		.q = c->q,
+		.blocks = c->views,
+		.block_count = 1,
+		.k_quant_len = 8,
+		.v_quant_len = 4,
+		.k_resid = c->k_resid,
+		.v_resid = &c->v_resid[0][0],
+		.k_resid_len = 1,
+		.v_resid_len = 5,
+		.k_resid_stride = 1,
+		.v_resid_stride = 5,
+		.out = c->out,
 	};
 }
 
@@ -182,8 +195,10 @@ static void run_random_case(uint64_t *seed, const struct random_case *rc)
 	struct kvs_shape shape = {
 		.kv_heads = (uint16_t)rc->kv_heads,
 		.head_dim = (uint16_t)rc->head_dim,
-		.group = (uint16_t)rc->group, .bits = (uint8_t)rc->bits,
-		.meta_type = (uint8_t)rc->meta, .span = rc->span,
+		.group = (uint16_t)rc->group,
+		.bits = (uint8_t)rc->bits,
+		.meta_type = (uint8_t)rc->meta,
+		.span = rc->span,
 		.residual = rc->span,
 	};
 	uint32_t H = rc->kv_heads, D = rc->head_dim, S = rc->span;
@@ -230,29 +245,41 @@ static void run_random_case(uint64_t *seed, const struct random_case *rc)
 			memcpy(vt, v + (size_t)t * row, sizeof(float) * row);
 		for (h = 0; h < H; h++) {
 			if (t >= rc->k_quant)
-				memcpy(kr + ((size_t)h * stride +
-					     t - rc->k_quant) * D,
+				memcpy(kr + ((size_t)h * stride + t -
+					     rc->k_quant) *
+						       D,
 				       kt + (size_t)h * D, sizeof(float) * D);
 			if (t >= rc->v_quant)
-				memcpy(vr + ((size_t)h * stride +
-					     t - rc->v_quant) * D,
+				memcpy(vr + ((size_t)h * stride + t -
+					     rc->v_quant) *
+						       D,
 				       vt + (size_t)h * D, sizeof(float) * D);
 		}
 	}
-	dense_attend(q_heads, H, D, 1.0 / sqrt(D), q, khat, vhat, tokens,
-		     want);
+	dense_attend(q_heads, H, D, 1.0 / sqrt(D), q, khat, vhat, tokens, want);
 
 	a = (struct kvs_attn){
-		.q_heads = q_heads, .kv_heads = H, .head_dim = D,
-		.scale = (float)(1.0 / sqrt(D)), .q = q, .blocks = views,
-		.block_count = rc->blocks, .k_quant_len = rc->k_quant,
-		.v_quant_len = rc->v_quant, .k_resid = kr, .v_resid = vr,
-		.k_resid_len = rc->k_resid, .v_resid_len = rc->v_resid,
-		.k_resid_stride = stride, .v_resid_stride = stride, .out = out,
+		.q_heads = q_heads,
+		.kv_heads = H,
+		.head_dim = D,
+		.scale = (float)(1.0 / sqrt(D)),
+		.q = q,
+		.blocks = views,
+		.block_count = rc->blocks,
+		.k_quant_len = rc->k_quant,
+		.v_quant_len = rc->v_quant,
+		.k_resid = kr,
+		.v_resid = vr,
+		.k_resid_len = rc->k_resid,
+		.v_resid_len = rc->v_resid,
+		.k_resid_stride = stride,
+		.v_resid_stride = stride,
+		.out = out,
 	};
 	assert_int_equal(kvs_backend_cpu()->attend(&a), 0);
 	if (rel_error(out, want, (size_t)q_heads * D) > 1e-5)
-		fail_msg("H=%u ratio=%u D=%u G=%u b=%u S=%u kq=%u kr=%u vq=%u vr=%u: rel error %g",
+		fail_msg("H=%u ratio=%u D=%u G=%u b=%u S=%u kq=%u kr=%u vq=%u "
+			 "vr=%u: rel error %g",
 			 H, rc->ratio, D, rc->group, rc->bits, S, rc->k_quant,
 			 rc->k_resid, rc->v_quant, rc->v_resid,
 			 rel_error(out, want, (size_t)q_heads * D));
@@ -274,8 +301,7 @@ static void run_random_case(uint64_t *seed, const struct random_case *rc)
 
 /* Picks lengths; @shape_kind 0: random, 1: no history, 2: no Key
  * residual, 3: no Value residual. */
-static void pick_lengths(uint64_t *seed, struct random_case *rc,
-			 int shape_kind)
+static void pick_lengths(uint64_t *seed, struct random_case *rc, int shape_kind)
 {
 	uint32_t hist = rc->blocks * rc->span, tokens;
 

@@ -86,7 +86,7 @@ static void *make_input(const struct kvs_shape *sh, enum kvs_dtype dtype,
 struct sealed {
 	struct kvs_shape shape;
 	enum kvs_dtype dtype;
-	float *keys, *values;   /* reference input, as floats */
+	float *keys, *values; /* reference input, as floats */
 	void *raw_keys, *raw_values;
 	uint8_t *obj;
 	size_t len;
@@ -184,10 +184,12 @@ static void check_group_errors(const struct sealed *s, const float *keys,
 					hi = fmaxf(hi, s->keys[at + t * D]);
 				}
 				for (uint32_t t = 0; t < G; t++)
-					assert_true(fabs((double)keys[at + t * D] -
-							 s->keys[at + t * D]) <=
-						    test_group_bound(lo, hi, sh->bits,
-								     meta));
+					assert_true(
+						fabs((double)keys[at + t * D] -
+						     s->keys[at + t * D]) <=
+						test_group_bound(lo, hi,
+								 sh->bits,
+								 meta));
 			}
 		}
 		for (uint32_t t = 0; t < S; t++) {
@@ -200,10 +202,12 @@ static void check_group_errors(const struct sealed *s, const float *keys,
 					hi = fmaxf(hi, s->values[at + c]);
 				}
 				for (uint32_t c = 0; c < G; c++)
-					assert_true(fabs((double)values[at + c] -
-							 s->values[at + c]) <=
-						    test_group_bound(lo, hi, sh->bits,
-								     meta));
+					assert_true(
+						fabs((double)values[at + c] -
+						     s->values[at + c]) <=
+						test_group_bound(lo, hi,
+								 sh->bits,
+								 meta));
 			}
 		}
 	}
@@ -228,16 +232,32 @@ static void check_sections(const struct sealed *s, const struct kvs_view *v)
 			for (uint32_t d = 0; d < D; d++) {
 				size_t m = ((size_t)h * (S / G) + g) * D + d;
 
-				assert_int_equal(kvs_quant_group(
-						 s->keys + ((size_t)h * S + g * G) * D + d,
-						 G, D, b, meta, codes, &o, &st), 0);
-				assert_true(kvs_load(meta, v->section[KVS_SEC_KEY_ORIGIN], m) == o);
-				assert_true(kvs_load(meta, v->section[KVS_SEC_KEY_STEP], m) == st);
+				assert_int_equal(
+					kvs_quant_group(s->keys +
+								((size_t)h * S +
+								 g * G) *
+									D +
+								d,
+							G, D, b, meta, codes,
+							&o, &st),
+					0);
+				assert_true(
+					kvs_load(meta,
+						 v->section[KVS_SEC_KEY_ORIGIN],
+						 m) == o);
+				assert_true(
+					kvs_load(meta,
+						 v->section[KVS_SEC_KEY_STEP],
+						 m) == st);
 				for (uint32_t t = 0; t < G; t++) {
-					const uint8_t *r = v->section[KVS_SEC_KEY_CODES] +
-							   ((size_t)h * S + g * G + t) * row;
+					const uint8_t *r =
+						v->section[KVS_SEC_KEY_CODES] +
+						((size_t)h * S + g * G + t) *
+							row;
 
-					assert_int_equal(kvs_packed_code(r, d, b), codes[t]);
+					assert_int_equal(
+						kvs_packed_code(r, d, b),
+						codes[t]);
 				}
 			}
 		}
@@ -248,14 +268,27 @@ static void check_sections(const struct sealed *s, const struct kvs_view *v)
 			for (uint32_t g = 0; g < D / G; g++) {
 				size_t m = ((size_t)h * S + t) * (D / G) + g;
 
-				assert_int_equal(kvs_quant_group(
-						 s->values + ((size_t)h * S + t) * D + g * G,
-						 G, 1, b, meta, codes, &o, &st), 0);
-				assert_true(kvs_load(meta, v->section[KVS_SEC_VAL_ORIGIN], m) == o);
-				assert_true(kvs_load(meta, v->section[KVS_SEC_VAL_STEP], m) == st);
+				assert_int_equal(
+					kvs_quant_group(s->values +
+								((size_t)h * S +
+								 t) * D +
+								g * G,
+							G, 1, b, meta, codes,
+							&o, &st),
+					0);
+				assert_true(
+					kvs_load(meta,
+						 v->section[KVS_SEC_VAL_ORIGIN],
+						 m) == o);
+				assert_true(
+					kvs_load(meta,
+						 v->section[KVS_SEC_VAL_STEP],
+						 m) == st);
 				for (uint32_t c = 0; c < G; c++)
-					assert_int_equal(kvs_packed_code(r, g * G + c, b),
-							 codes[c]);
+					assert_int_equal(
+						kvs_packed_code(r, g * G + c,
+								b),
+						codes[c]);
 			}
 		}
 	}
@@ -295,9 +328,12 @@ static void test_round_trip_matrix(void **state)
 				float *k, *val;
 
 				small_shape(&sh, bit_widths[bi], all_types[mi]);
-				seal_block(&s, &sh, all_types[di], 0,
-					   (uint64_t)(bi * 9 + mi * 3 + di + 1));
-				assert_int_equal(kvs_object_open(s.obj, s.len, 0, &v), 0);
+				seal_block(
+					&s, &sh, all_types[di], 0,
+					(uint64_t)(bi * 9 + mi * 3 + di + 1));
+				assert_int_equal(
+					kvs_object_open(s.obj, s.len, 0, &v),
+					0);
 				assert_null(v.owned);
 				check_header(&s, &v);
 				n = (size_t)sh.kv_heads * sh.span * sh.head_dim;
@@ -305,16 +341,26 @@ static void test_round_trip_matrix(void **state)
 				val = malloc(n * sizeof(float));
 				assert_non_null(k);
 				assert_non_null(val);
-				assert_int_equal(kvs_block_dequantize(&v, k, val), 0);
+				assert_int_equal(
+					kvs_block_dequantize(&v, k, val), 0);
 				check_group_errors(&s, k, val);
 				check_sections(&s, &v);
 				for (size_t i = 0; i < n; i += 37) {
-					uint32_t h = (uint32_t)(i / ((size_t)sh.span * sh.head_dim));
-					uint32_t t = (uint32_t)(i / sh.head_dim % sh.span);
-					uint32_t d = (uint32_t)(i % sh.head_dim);
+					uint32_t h =
+						(uint32_t)(i /
+							   ((size_t)sh.span *
+							    sh.head_dim));
+					uint32_t t =
+						(uint32_t)(i / sh.head_dim %
+							   sh.span);
+					uint32_t d =
+						(uint32_t)(i % sh.head_dim);
 
-					assert_true(kvs_block_key(&v, h, t, d) == k[i]);
-					assert_true(kvs_block_value(&v, h, t, d) == val[i]);
+					assert_true(kvs_block_key(&v, h, t,
+								  d) == k[i]);
+					assert_true(
+						kvs_block_value(&v, h, t, d) ==
+						val[i]);
 				}
 				kvs_view_release(&v);
 				free(k);
@@ -330,10 +376,12 @@ static void test_round_trip_matrix(void **state)
  * too (fp32 metadata). */
 static void test_seed_example_block(void **state)
 {
-	static const float key[16] = { 100, 0, 1, -1, 101, 1.5f, 1.5f, -0.5f,
-				       102, 0.5f, 2, 0, 103, 1, 2.5f, 0.5f };
+	static const float key[16] = {
+		100, 0,	   1, -1, 101, 1.5f, 1.5f, -0.5f,
+		102, 0.5f, 2, 0,  103, 1,    2.5f, 0.5f
+	};
 	static const float value[16] = { -100, -100, -100, -100, 1, 0, 1, 0,
-					 100, 100, 100, 100, 0, 0, 0, 0 };
+					 100,  100,  100,  100,	 0, 0, 0, 0 };
 	struct kvs_shape sh;
 	struct kvs_ident id;
 	struct kvs_view v;
@@ -358,9 +406,9 @@ static void test_seed_example_block(void **state)
 		assert_true(val[4 + d] == value[4 + d]);
 	/* First Key column: codes 0,1,2,3 along time in the code rows. */
 	for (unsigned t = 0; t < 4; t++)
-		assert_int_equal(kvs_packed_code(v.section[KVS_SEC_KEY_CODES] + t,
-						 0, 2),
-				 t);
+		assert_int_equal(
+			kvs_packed_code(v.section[KVS_SEC_KEY_CODES] + t, 0, 2),
+			t);
 	kvs_view_release(&v);
 	free(obj);
 }
@@ -458,8 +506,8 @@ static int count_lz4(const struct kvs_header *h)
 }
 
 /* Opens @a and @b and asserts their sections hold the same bytes. */
-static void assert_same_logical(const uint8_t *a, size_t alen,
-				const uint8_t *b, size_t blen)
+static void assert_same_logical(const uint8_t *a, size_t alen, const uint8_t *b,
+				size_t blen)
 {
 	struct kvs_view va, vb;
 
@@ -536,8 +584,9 @@ static void test_lz4_kept_where_it_pays(void **state)
 
 static void test_tails_round_trip(void **state)
 {
-	static const uint32_t rows[][2] = { { 0, 1 }, { 7, 32 }, { 31, 32 },
-					    { 0, 0 } };
+	static const uint32_t rows[][2] = {
+		{ 0, 1 }, { 7, 32 }, { 31, 32 }, { 0, 0 }
+	};
 	struct kvs_shape sh;
 	struct kvs_ident id;
 	struct test_rng rng = { 77 };
@@ -554,7 +603,8 @@ static void test_tails_round_trip(void **state)
 			uint32_t r_k = rows[ri][0], r_v = rows[ri][1];
 			size_t nk = (size_t)sh.kv_heads * r_k * sh.head_dim;
 			size_t nv = (size_t)sh.kv_heads * r_v * sh.head_dim;
-			uint8_t *k = malloc(nk * f + 1), *v = malloc(nv * f + 1);
+			uint8_t *k = malloc(nk * f + 1),
+				*v = malloc(nv * f + 1);
 			uint8_t *obj;
 			size_t len;
 			struct kvs_view view;
@@ -562,30 +612,42 @@ static void test_tails_round_trip(void **state)
 			assert_non_null(k);
 			assert_non_null(v);
 			for (size_t i = 0; i < nk; i++)
-				kvs_store(t, k, i, test_rng_uniform(&rng, -4, 4));
+				kvs_store(t, k, i,
+					  test_rng_uniform(&rng, -4, 4));
 			for (size_t i = 0; i < nv; i++)
-				kvs_store(t, v, i, (float)(i % 3)); /* compressible */
+				kvs_store(t, v, i,
+					  (float)(i % 3)); /* compressible */
 			for (unsigned flags = 0; flags <= KVS_ENCODE_LZ4;
 			     flags += KVS_ENCODE_LZ4) {
-				assert_int_equal(kvs_tail_encode(&sh, &id, t, r_k, r_v,
-								 k, v, flags, &obj, &len),
+				assert_int_equal(kvs_tail_encode(&sh, &id, t,
+								 r_k, r_v, k, v,
+								 flags, &obj,
+								 &len),
 						 0);
-				assert_int_equal(kvs_object_open(obj, len, 0, &view), 0);
+				assert_int_equal(
+					kvs_object_open(obj, len, 0, &view), 0);
 				assert_int_equal(view.hdr.kind, KVS_KIND_TAIL);
 				assert_int_equal(view.hdr.tail_dtype, t);
 				assert_int_equal(view.hdr.r_k, r_k);
 				assert_int_equal(view.hdr.r_v, r_v);
-				assert_int_equal(view.hdr.tokens, r_k > r_v ? r_k : r_v);
-				assert_memory_equal(view.section[KVS_SEC_KEY_RESID], k,
-						    nk * f);
-				assert_memory_equal(view.section[KVS_SEC_VAL_RESID], v,
-						    nv * f);
+				assert_int_equal(view.hdr.tokens,
+						 r_k > r_v ? r_k : r_v);
+				assert_memory_equal(
+					view.section[KVS_SEC_KEY_RESID], k,
+					nk * f);
+				assert_memory_equal(
+					view.section[KVS_SEC_VAL_RESID], v,
+					nv * f);
 				if (flags && nv * f >= 512)
-					assert_int_equal(view.hdr.section[KVS_SEC_VAL_RESID].codec,
-							 KVS_CODEC_LZ4);
+					assert_int_equal(
+						view.hdr.section
+							[KVS_SEC_VAL_RESID]
+								.codec,
+						KVS_CODEC_LZ4);
 				/* A tail is not a block. */
-				assert_int_equal(kvs_block_dequantize(&view, NULL, NULL),
-						 -KVS_EKIND);
+				assert_int_equal(
+					kvs_block_dequantize(&view, NULL, NULL),
+					-KVS_EKIND);
 				kvs_view_release(&view);
 				free(obj);
 			}
@@ -683,7 +745,8 @@ static void test_every_byte_corruption(void **state)
 	memset(s.raw_keys, 0, 32 * 32 * sizeof(float));
 	test_ident_fill(&id);
 	assert_int_equal(kvs_block_seal(&sh, &id, KVS_DTYPE_F32, s.raw_keys,
-					s.raw_values, KVS_ENCODE_LZ4, &lz, &lz_len),
+					s.raw_values, KVS_ENCODE_LZ4, &lz,
+					&lz_len),
 			 0);
 	flip_every_byte(lz, lz_len);
 	free(lz);
@@ -692,7 +755,8 @@ static void test_every_byte_corruption(void **state)
 	for (int i = 0; i < 128; i++)
 		kvs_store(KVS_DTYPE_F16, resid, i, (float)(i % 5) - 2.0f);
 	assert_int_equal(kvs_tail_encode(&sh, &id, KVS_DTYPE_F16, 1, 3, resid,
-					 resid, KVS_ENCODE_LZ4, &tail, &tail_len),
+					 resid, KVS_ENCODE_LZ4, &tail,
+					 &tail_len),
 			 0);
 	flip_every_byte(tail, tail_len);
 	free(tail);
@@ -737,7 +801,8 @@ static void test_every_truncation(void **state)
 	memset(s.raw_keys, 0, 32 * 32 * 2);
 	test_ident_fill(&id);
 	assert_int_equal(kvs_block_seal(&sh, &id, KVS_DTYPE_F16, s.raw_keys,
-					s.raw_values, KVS_ENCODE_LZ4, &obj, &len),
+					s.raw_values, KVS_ENCODE_LZ4, &obj,
+					&len),
 			 0);
 	assert_int_equal(kvs_header_decode(obj, len, 0, &h), 0);
 	assert_int_equal(h.section[KVS_SEC_KEY_CODES].codec, KVS_CODEC_LZ4);
@@ -850,7 +915,8 @@ static void test_error_order(void **state)
 	/* metadata: NaN origin, zero step, negative step, infinite step;
 	 * section and header checksums fixed up so only this check fails */
 	for (int kind = 0; kind < 4; kind++) {
-		static const uint16_t bits[] = { 0x7E00, 0x0000, 0xBC00, 0x7C00 };
+		static const uint16_t bits[] = { 0x7E00, 0x0000, 0xBC00,
+						 0x7C00 };
 		int sec = kind == 0 ? KVS_SEC_KEY_ORIGIN : KVS_SEC_VAL_STEP;
 
 		memcpy(c, s.obj, s.len);

@@ -68,7 +68,7 @@ static void test_span_id_deterministic(void **state)
 static void test_span_id_namespace(void **state)
 {
 	static const char *const names[] = { "tenant-b", "", "tenant-a ",
-					      "tenant-" };
+					     "tenant-" };
 	struct span_case c;
 	uint8_t base[KVS_ID_SIZE], other[KVS_ID_SIZE];
 
@@ -184,12 +184,12 @@ static void test_fingerprint_fields(void **state)
 	assert_int_equal(kvs_model_fingerprint(&d, again), 0);
 	assert_memory_equal(base, again, KVS_ID_SIZE);
 
-#define CHANGED(field, value)                                               \
-	do {                                                                \
-		model_desc_init(&d);                                        \
-		d.field = (value);                                          \
-		assert_int_equal(kvs_model_fingerprint(&d, other), 0);      \
-		assert_ids_differ(base, other);                             \
+#define CHANGED(field, value)                                                  \
+	do {                                                                   \
+		model_desc_init(&d);                                           \
+		d.field = (value);                                             \
+		assert_int_equal(kvs_model_fingerprint(&d, other), 0);         \
+		assert_ids_differ(base, other);                                \
 	} while (0)
 	CHANGED(model_id, "llama-3-8b-instruct");
 	CHANGED(model_id, "llama-3-8");

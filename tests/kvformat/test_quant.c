@@ -313,8 +313,8 @@ static void test_range_errors(void **state)
 	assert_int_equal(kvs_quant_group(far, 4, 1, 2, KVS_DTYPE_F16, codes,
 					 &origin, &step),
 			 -KVS_ERANGE);
-	assert_int_equal(kvs_quant_group(far_neg, 4, 1, 2, KVS_DTYPE_F16,
-					 codes, &origin, &step),
+	assert_int_equal(kvs_quant_group(far_neg, 4, 1, 2, KVS_DTYPE_F16, codes,
+					 &origin, &step),
 			 -KVS_ERANGE);
 	/* A constant group whose origin overflows is refused as well. */
 	assert_int_equal(kvs_quant_group(far, 1, 1, 2, KVS_DTYPE_F16, codes,
@@ -442,7 +442,8 @@ static void test_random_groups(void **state)
 		enum kvs_dtype meta = metas[iter % 3];
 		unsigned bits = (iter / 3) % 2 ? 4 : 2;
 		float x[32], origin, step, lo = INFINITY, hi = -INFINITY;
-		float scale = ldexpf(1.0f, (int)(test_rng_next(&rng) % 20) - 10);
+		float scale =
+			ldexpf(1.0f, (int)(test_rng_next(&rng) % 20) - 10);
 		float center = test_rng_uniform(&rng, -50.0f, 50.0f);
 		uint8_t codes[32];
 		double bound;
@@ -495,7 +496,7 @@ static void test_stride(void **state)
 static void test_signed_zero_origin(void **state)
 {
 	static const enum kvs_dtype metas[] = { KVS_DTYPE_F16, KVS_DTYPE_BF16,
-						 KVS_DTYPE_F32 };
+						KVS_DTYPE_F32 };
 	float a[4] = { -0.0f, 0.0f, 1.0f, 2.0f };
 	float b[4] = { 0.0f, -0.0f, 1.0f, 2.0f };
 	float z[4] = { -0.0f, -0.0f, -0.0f, -0.0f };
@@ -504,14 +505,17 @@ static void test_signed_zero_origin(void **state)
 
 	(void)state;
 	for (int m = 0; m < 3; m++) {
-		assert_int_equal(kvs_quant_group(a, 4, 1, 2, metas[m], codes,
-						 &o, &s), 0);
+		assert_int_equal(
+			kvs_quant_group(a, 4, 1, 2, metas[m], codes, &o, &s),
+			0);
 		assert_false(signbit(o));
-		assert_int_equal(kvs_quant_group(b, 4, 1, 2, metas[m], codes,
-						 &o, &s), 0);
+		assert_int_equal(
+			kvs_quant_group(b, 4, 1, 2, metas[m], codes, &o, &s),
+			0);
 		assert_false(signbit(o));
-		assert_int_equal(kvs_quant_group(z, 4, 1, 2, metas[m], codes,
-						 &o, &s), 0);
+		assert_int_equal(
+			kvs_quant_group(z, 4, 1, 2, metas[m], codes, &o, &s),
+			0);
 		assert_false(signbit(o));
 		assert_true(s == 1.0f);
 	}

@@ -53,8 +53,10 @@ static void run_init(struct run *r, const struct stream_case *c,
 	*shape = (struct kvs_shape){
 		.kv_heads = (uint16_t)c->kv_heads,
 		.head_dim = (uint16_t)c->head_dim,
-		.group = (uint16_t)c->group, .bits = (uint8_t)c->bits,
-		.meta_type = (uint8_t)c->meta, .span = c->span,
+		.group = (uint16_t)c->group,
+		.bits = (uint8_t)c->bits,
+		.meta_type = (uint8_t)c->meta,
+		.span = c->span,
 		.residual = c->residual,
 	};
 	r->cfg.order = order;
@@ -168,8 +170,9 @@ static void check_blocks(struct run *r)
 			parent = kvs_stream_block(r->st, i - 1)
 					 ->hdr.ident.block_id;
 		else
-			parent = r->cfg.ident.parent_id[0] ?
-					 r->cfg.ident.parent_id : NULL;
+			parent = r->cfg.ident.parent_id[0]
+					 ? r->cfg.ident.parent_id
+					 : NULL;
 		for (p = 0; p < S; p++)
 			positions[p] = i * S + p;
 		assert_int_equal(kvs_span_id(KVS_STREAM_POSITION_NS,
@@ -195,9 +198,9 @@ static void check_tail(struct run *r)
 		val_first = key_first;
 	if (T - key_first >= r->cfg.shape.residual) {
 		/* S > R with sealed Keys in the open block: no tail form. */
-		assert_int_equal(kvs_stream_tail(r->st, KVS_DTYPE_F32, &obj,
-						 &len),
-				 -KVS_EPARAM);
+		assert_int_equal(
+			kvs_stream_tail(r->st, KVS_DTYPE_F32, &obj, &len),
+			-KVS_EPARAM);
 		return;
 	}
 	assert_int_equal(kvs_stream_tail(r->st, KVS_DTYPE_F32, &obj, &len), 0);
@@ -209,15 +212,17 @@ static void check_tail(struct run *r)
 		for (t = key_first; t < T; t++)
 			assert_memory_equal(
 				(const float *)view.section[KVS_SEC_KEY_RESID] +
-					((size_t)h * (T - key_first) +
-					 t - key_first) * r->D,
+					((size_t)h * (T - key_first) + t -
+					 key_first) *
+						r->D,
 				r->k + t * r->row + h * r->D,
 				sizeof(float) * r->D);
 		for (t = val_first; t < T; t++)
 			assert_memory_equal(
 				(const float *)view.section[KVS_SEC_VAL_RESID] +
-					((size_t)h * (T - val_first) +
-					 t - val_first) * r->D,
+					((size_t)h * (T - val_first) + t -
+					 val_first) *
+						r->D,
 				r->v + t * r->row + h * r->D,
 				sizeof(float) * r->D);
 	}
@@ -239,20 +244,19 @@ static void drive(const struct stream_case *c, enum kvs_order order,
 	qn = (size_t)r.q_heads * r.D;
 	assert_int_equal(kvs_trace(R, c->group, order, T, trace), 0);
 	if (prefill) {
-		assert_int_equal(kvs_stream_prefill(r.st, r.q, r.k, r.v,
-						    prefill, r.out),
-				 0);
+		assert_int_equal(
+			kvs_stream_prefill(r.st, r.q, r.k, r.v, prefill, r.out),
+			0);
 		for (t = 0; t < prefill; t++)
 			check_step(&r, t, t + 1, 0, 0, r.out + t * qn);
 	}
 	for (t = prefill; t < T; t++) {
 		struct kvs_trace_row row;
 
-		assert_int_equal(kvs_stream_step(r.st, r.q + t * qn,
-						 r.k + t * r.row,
-						 r.v + t * r.row,
-						 r.out + t * qn, &row),
-				 0);
+		assert_int_equal(
+			kvs_stream_step(r.st, r.q + t * qn, r.k + t * r.row,
+					r.v + t * r.row, r.out + t * qn, &row),
+			0);
 		assert_memory_equal(&row, &trace[t], sizeof(row));
 		check_step(&r, t, t + 1, row.k_compute_quant,
 			   row.v_compute_quant, r.out + t * qn);
@@ -260,8 +264,7 @@ static void drive(const struct stream_case *c, enum kvs_order order,
 	assert_int_equal(kvs_stream_tokens(r.st), T);
 	assert_int_equal(kvs_stream_r_k(r.st), T % R);
 	assert_int_equal(kvs_stream_r_v(r.st), T < R ? T : R);
-	assert_int_equal(kvs_stream_block_count(r.st),
-			 (T - T % R) / c->span);
+	assert_int_equal(kvs_stream_block_count(r.st), (T - T % R) / c->span);
 	check_blocks(&r);
 	check_tail(&r);
 	run_free(&r);
@@ -307,9 +310,9 @@ static void test_failed_step_changes_nothing(void **state)
 			 &seed);
 		qn = (size_t)r.q_heads * r.D;
 		huge = malloc(sizeof(float) * r.row);
-		assert_int_equal(kvs_stream_prefill(r.st, NULL, r.k, r.v,
-						    R - 1, NULL),
-				 0);
+		assert_int_equal(
+			kvs_stream_prefill(r.st, NULL, r.k, r.v, R - 1, NULL),
+			0);
 		memcpy(huge, r.k + (R - 1) * r.row, sizeof(float) * r.row);
 		huge[0] = 1e6f;
 		row.tokens = 12345;
@@ -331,8 +334,8 @@ static void test_failed_step_changes_nothing(void **state)
 
 		assert_int_equal(kvs_stream_step(r.st, r.q + (R - 1) * qn,
 						 r.k + (R - 1) * r.row,
-						 r.v + (R - 1) * r.row,
-						 r.out, &row),
+						 r.v + (R - 1) * r.row, r.out,
+						 &row),
 				 0);
 		check_step(&r, R - 1, R, row.k_compute_quant,
 			   row.v_compute_quant, r.out);
@@ -362,9 +365,9 @@ static void handoff_take(struct kvs_stream *from, struct handoff *h)
 	assert_true(h->blocks && h->lens);
 	for (i = 0; i < h->count; i++)
 		h->blocks[i] = kvs_stream_block_data(from, i, &h->lens[i]);
-	assert_int_equal(kvs_stream_tail(from, KVS_DTYPE_F32, &h->tail,
-					 &h->tail_len),
-			 0);
+	assert_int_equal(
+		kvs_stream_tail(from, KVS_DTYPE_F32, &h->tail, &h->tail_len),
+		0);
 }
 
 static void handoff_free(struct handoff *h)
@@ -389,13 +392,12 @@ static void resume_case(const struct stream_case *c, enum kvs_order order,
 	run_init(&r, c, order, prefill + extra, seed);
 	qn = (size_t)r.q_heads * r.D;
 	out_b = malloc(sizeof(float) * qn);
-	assert_int_equal(kvs_stream_prefill(r.st, NULL, r.k, r.v, prefill,
-					    NULL),
-			 0);
+	assert_int_equal(
+		kvs_stream_prefill(r.st, NULL, r.k, r.v, prefill, NULL), 0);
 	handoff_take(r.st, &h);
 	assert_int_equal(kvs_stream_create(&r.cfg, &b), 0);
-	assert_int_equal(kvs_stream_resume(b, h.blocks, h.lens, h.count,
-					   h.tail, h.tail_len),
+	assert_int_equal(kvs_stream_resume(b, h.blocks, h.lens, h.count, h.tail,
+					   h.tail_len),
 			 0);
 	assert_int_equal(kvs_stream_tokens(b), prefill);
 	assert_int_equal(kvs_stream_r_k(b), kvs_stream_r_k(r.st));
@@ -404,15 +406,14 @@ static void resume_case(const struct stream_case *c, enum kvs_order order,
 	for (t = prefill; t < prefill + extra; t++) {
 		struct kvs_trace_row row_a, row_b;
 
-		assert_int_equal(kvs_stream_step(r.st, r.q + t * qn,
-						 r.k + t * r.row,
-						 r.v + t * r.row, r.out,
-						 &row_a),
-				 0);
-		assert_int_equal(kvs_stream_step(b, r.q + t * qn,
-						 r.k + t * r.row,
-						 r.v + t * r.row, out_b, &row_b),
-				 0);
+		assert_int_equal(
+			kvs_stream_step(r.st, r.q + t * qn, r.k + t * r.row,
+					r.v + t * r.row, r.out, &row_a),
+			0);
+		assert_int_equal(
+			kvs_stream_step(b, r.q + t * qn, r.k + t * r.row,
+					r.v + t * r.row, out_b, &row_b),
+			0);
 		assert_memory_equal(&row_a, &row_b, sizeof(row_a));
 		assert_memory_equal(r.out, out_b, sizeof(float) * qn);
 	}
@@ -465,9 +466,9 @@ static void test_resume_refused(void **state)
 
 	(void)state;
 	run_init(&r, c, KVS_ORDER_KIVI, 3 * c->span + 2, &seed);
-	assert_int_equal(kvs_stream_prefill(r.st, NULL, r.k, r.v,
-					    3 * c->span + 2, NULL),
-			 0);
+	assert_int_equal(
+		kvs_stream_prefill(r.st, NULL, r.k, r.v, 3 * c->span + 2, NULL),
+		0);
 	handoff_take(r.st, &h);
 	assert_int_equal(h.count, 3);
 	assert_int_equal(kvs_stream_create(&r.cfg, &b), 0);
@@ -476,21 +477,21 @@ static void test_resume_refused(void **state)
 	swap = h.blocks[0];
 	h.blocks[0] = h.blocks[1];
 	h.blocks[1] = swap;
-	assert_int_equal(kvs_stream_resume(b, h.blocks, h.lens, 3, h.tail,
-					   h.tail_len),
-			 -KVS_EPARAM);
+	assert_int_equal(
+		kvs_stream_resume(b, h.blocks, h.lens, 3, h.tail, h.tail_len),
+		-KVS_EPARAM);
 	assert_int_equal(kvs_stream_tokens(b), 0);
 	assert_int_equal(kvs_stream_block_count(b), 0);
 	h.blocks[1] = h.blocks[0];
 	h.blocks[0] = swap;
-	assert_int_equal(kvs_stream_resume(b, h.blocks, h.lens, 2, h.tail,
-					   h.tail_len),
-			 -KVS_EPARAM);
+	assert_int_equal(
+		kvs_stream_resume(b, h.blocks, h.lens, 2, h.tail, h.tail_len),
+		-KVS_EPARAM);
 	h.blocks[3] = h.tail;
 	h.lens[3] = h.tail_len;
-	assert_int_equal(kvs_stream_resume(b, h.blocks, h.lens, 4, h.tail,
-					   h.tail_len),
-			 -KVS_EKIND);
+	assert_int_equal(
+		kvs_stream_resume(b, h.blocks, h.lens, 4, h.tail, h.tail_len),
+		-KVS_EKIND);
 	assert_int_equal(kvs_stream_resume(b, h.blocks, h.lens, 3, h.blocks[2],
 					   h.lens[2]),
 			 -KVS_EKIND);
@@ -500,9 +501,9 @@ static void test_resume_refused(void **state)
 	memcpy(bad, h.blocks[1], h.lens[1]);
 	bad[h.lens[1] - 300] ^= 0x10;
 	h.blocks[1] = bad;
-	assert_int_equal(kvs_stream_resume(b, h.blocks, h.lens, 3, h.tail,
-					   h.tail_len),
-			 kvs_object_verify(bad, h.lens[1], 0));
+	assert_int_equal(
+		kvs_stream_resume(b, h.blocks, h.lens, 3, h.tail, h.tail_len),
+		kvs_object_verify(bad, h.lens[1], 0));
 	assert_true(kvs_object_verify(bad, h.lens[1], 0) < 0);
 	assert_int_equal(kvs_stream_block_count(b), 0);
 	h.blocks[1] = kvs_stream_block_data(r.st, 1, NULL);
@@ -513,9 +514,9 @@ static void test_resume_refused(void **state)
 	cfg = r.cfg;
 	cfg.ident.layer = 4;
 	assert_int_equal(kvs_stream_create(&cfg, &b), 0);
-	assert_int_equal(kvs_stream_resume(b, h.blocks, h.lens, 3, h.tail,
-					   h.tail_len),
-			 -KVS_EPARAM);
+	assert_int_equal(
+		kvs_stream_resume(b, h.blocks, h.lens, 3, h.tail, h.tail_len),
+		-KVS_EPARAM);
 	kvs_stream_destroy(b);
 
 	/* Only into an empty stream; then it works. */
@@ -523,9 +524,9 @@ static void test_resume_refused(void **state)
 					   h.tail_len),
 			 -KVS_EPARAM);
 	assert_int_equal(kvs_stream_create(&r.cfg, &b), 0);
-	assert_int_equal(kvs_stream_resume(b, h.blocks, h.lens, 3, h.tail,
-					   h.tail_len),
-			 0);
+	assert_int_equal(
+		kvs_stream_resume(b, h.blocks, h.lens, 3, h.tail, h.tail_len),
+		0);
 	assert_int_equal(kvs_stream_tokens(b), 3 * c->span + 2);
 	kvs_stream_destroy(b);
 	handoff_free(&h);
@@ -570,8 +571,7 @@ static void test_backend_ops(void **state)
 	r.cfg.backend = &counting;
 	assert_int_equal(kvs_stream_create(&r.cfg, &r.st), 0);
 	qn = (size_t)r.q_heads * r.D;
-	assert_int_equal(kvs_stream_prefill(r.st, r.q, r.k, r.v, 20, r.out),
-			 0);
+	assert_int_equal(kvs_stream_prefill(r.st, r.q, r.k, r.v, 20, r.out), 0);
 	/* One causal attention per prompt token, one seal of R Keys. */
 	assert_int_equal(attend_calls, 20);
 	assert_int_equal(seal_calls, 1);

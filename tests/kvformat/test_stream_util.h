@@ -60,10 +60,9 @@ static inline void fill_rows(uint64_t *state, float *rows, size_t n,
  * out [q_heads][D].
  */
 static inline void dense_attend(uint32_t q_heads, uint32_t kv_heads,
-				uint32_t head_dim, double scale,
-				const float *q, const float *keys,
-				const float *values, uint32_t tokens,
-				double *out)
+				uint32_t head_dim, double scale, const float *q,
+				const float *keys, const float *values,
+				uint32_t tokens, double *out)
 {
 	uint32_t ratio = q_heads / kv_heads, qh, t, d;
 	double *logit = malloc(sizeof(double) * tokens);
@@ -75,8 +74,8 @@ static inline void dense_attend(uint32_t q_heads, uint32_t kv_heads,
 		const float *qv = q + (size_t)qh * head_dim;
 
 		for (t = 0; t < tokens; t++) {
-			const float *k = keys +
-				((size_t)t * kv_heads + h) * head_dim;
+			const float *k =
+				keys + ((size_t)t * kv_heads + h) * head_dim;
 			double s = 0.0;
 
 			for (d = 0; d < head_dim; d++)
@@ -93,9 +92,9 @@ static inline void dense_attend(uint32_t q_heads, uint32_t kv_heads,
 			double acc = 0.0;
 
 			for (t = 0; t < tokens; t++)
-				acc += logit[t] *
-				       values[((size_t)t * kv_heads + h) *
-						      head_dim + d];
+				acc += logit[t] * values[((size_t)t * kv_heads +
+							  h) * head_dim +
+							 d];
 			out[(size_t)qh * head_dim + d] = acc / sum;
 		}
 	}
@@ -118,9 +117,9 @@ static inline double rel_error(const float *got, const double *want, size_t n)
 }
 
 /* [token][head][D] rows [first, first + n) -> [head][n][D]. */
-static inline void to_head_major(const float *rows, uint32_t first,
-				 uint32_t n, uint32_t kv_heads,
-				 uint32_t head_dim, float *out)
+static inline void to_head_major(const float *rows, uint32_t first, uint32_t n,
+				 uint32_t kv_heads, uint32_t head_dim,
+				 float *out)
 {
 	uint32_t t, h;
 
@@ -128,7 +127,7 @@ static inline void to_head_major(const float *rows, uint32_t first,
 		for (h = 0; h < kv_heads; h++)
 			memcpy(out + ((size_t)h * n + t) * head_dim,
 			       rows + (((size_t)first + t) * kv_heads + h) *
-					      head_dim,
+					       head_dim,
 			       sizeof(float) * head_dim);
 }
 
@@ -159,8 +158,8 @@ static inline int test_block_make(const struct kvs_shape *shape,
 
 	to_head_major(keys, first, S, H, D, kh);
 	to_head_major(values, first, S, H, D, vh);
-	err = kvs_block_seal(shape, ident, KVS_DTYPE_F32, kh, vh, 0,
-			     &blk->obj, &blk->len);
+	err = kvs_block_seal(shape, ident, KVS_DTYPE_F32, kh, vh, 0, &blk->obj,
+			     &blk->len);
 	if (!err)
 		err = kvs_object_open(blk->obj, blk->len, 0, &blk->view);
 	if (!err && khat)

@@ -125,12 +125,12 @@ static void test_random_invariants(void **state)
 	for (iter = 0; iter < 40; iter++) {
 		uint32_t G = groups[rng_below(&seed, 5)];
 		uint32_t R = G * (1 + rng_below(&seed, 8));
-		uint32_t steps = 1 + rng_below(&seed, 5 * R < 2000 ? 5 * R :
-								      2000);
+		uint32_t steps =
+			1 + rng_below(&seed, 5 * R < 2000 ? 5 * R : 2000);
 
 		for (o = 0; o < 2; o++) {
-			enum kvs_order order = o ? KVS_ORDER_PAPER :
-						   KVS_ORDER_KIVI;
+			enum kvs_order order =
+				o ? KVS_ORDER_PAPER : KVS_ORDER_KIVI;
 
 			assert_int_equal(kvs_trace(R, G, order, steps, rows),
 					 0);
@@ -146,16 +146,12 @@ static void test_bad_arguments(void **state)
 	enum kvs_order order = KVS_ORDER_PAPER;
 
 	(void)state;
-	assert_int_equal(kvs_trace(0, 2, KVS_ORDER_KIVI, 1, &row),
-			 -KVS_EPARAM);
-	assert_int_equal(kvs_trace(4, 0, KVS_ORDER_KIVI, 1, &row),
-			 -KVS_EPARAM);
-	assert_int_equal(kvs_trace(6, 4, KVS_ORDER_KIVI, 1, &row),
-			 -KVS_EPARAM);
+	assert_int_equal(kvs_trace(0, 2, KVS_ORDER_KIVI, 1, &row), -KVS_EPARAM);
+	assert_int_equal(kvs_trace(4, 0, KVS_ORDER_KIVI, 1, &row), -KVS_EPARAM);
+	assert_int_equal(kvs_trace(6, 4, KVS_ORDER_KIVI, 1, &row), -KVS_EPARAM);
 	assert_int_equal(kvs_trace(4, 2, (enum kvs_order)7, 1, &row),
 			 -KVS_EPARAM);
-	assert_int_equal(kvs_trace(4, 2, KVS_ORDER_KIVI, 1, NULL),
-			 -KVS_EPARAM);
+	assert_int_equal(kvs_trace(4, 2, KVS_ORDER_KIVI, 1, NULL), -KVS_EPARAM);
 	assert_int_equal(kvs_trace(4, 2, KVS_ORDER_KIVI, 0, NULL), 0);
 
 	assert_int_equal(kvs_order_parse("kivi", &order), 0);

@@ -33,8 +33,13 @@ static inline uint8_t *test_block_ident(const struct kvs_ident *ident,
 					size_t *len)
 {
 	struct kvs_shape shape = {
-		.kv_heads = heads, .head_dim = 32, .group = 32, .bits = 2,
-		.meta_type = KVS_DTYPE_F16, .span = 32, .residual = 32,
+		.kv_heads = heads,
+		.head_dim = 32,
+		.group = 32,
+		.bits = 2,
+		.meta_type = KVS_DTYPE_F16,
+		.span = 32,
+		.residual = 32,
 	};
 	size_t n = (size_t)heads * 32 * 32;
 	float *kv = malloc(2 * n * sizeof(float));
@@ -53,8 +58,8 @@ static inline uint8_t *test_block_ident(const struct kvs_ident *ident,
 }
 
 /* A sealed block for @seed (its own span id, layer seed % 4). */
-static inline uint8_t *test_block(uint64_t seed, uint16_t heads,
-				  size_t *len, struct kvs_store_key *key)
+static inline uint8_t *test_block(uint64_t seed, uint16_t heads, size_t *len,
+				  struct kvs_store_key *key)
 {
 	struct kvs_ident ident;
 	uint64_t st = seed * 7919 + 1;
@@ -83,8 +88,8 @@ struct test_blk {
 
 /* b[i] = test_block(seed0 + i) with 1 + i % max_heads heads; 0, or -1
  * (b[] then freed). */
-static inline int test_blocks_make(struct test_blk *b, size_t n,
-				   uint64_t seed0, uint16_t max_heads)
+static inline int test_blocks_make(struct test_blk *b, size_t n, uint64_t seed0,
+				   uint16_t max_heads)
 {
 	for (size_t i = 0; i < n; i++) {
 		b[i].obj = test_block(seed0 + i, (uint16_t)(1 + i % max_heads),
@@ -141,22 +146,22 @@ static inline void test_opts(struct kvs_store_opts *o, uint64_t dram,
 
 enum test_fault {
 	FAULT_NONE = 0,
-	FAULT_EIO,      /* write fails, nothing written */
-	FAULT_ENOSPC,   /* write fails, nothing written */
-	FAULT_SHORT,    /* half the bytes written, short count returned */
-	FAULT_TORN,     /* half the bytes written, then EIO */
+	FAULT_EIO, /* write fails, nothing written */
+	FAULT_ENOSPC, /* write fails, nothing written */
+	FAULT_SHORT, /* half the bytes written, short count returned */
+	FAULT_TORN, /* half the bytes written, then EIO */
 	FAULT_SYNC_EIO, /* fdatasync / fsync fail */
-	FAULT_FULL,     /* every write and file creation: ENOSPC */
+	FAULT_FULL, /* every write and file creation: ENOSPC */
 	FAULT_NO_DIRECT, /* open with O_DIRECT: EINVAL (as old tmpfs) */
-	FAULT_MKDIR,    /* mkdir: EACCES */
-	FAULT_LOCK,     /* taking the LOCK file: ENOLCK */
-	FAULT_LIST,     /* listing a directory: EACCES (opendir) */
+	FAULT_MKDIR, /* mkdir: EACCES */
+	FAULT_LOCK, /* taking the LOCK file: ENOLCK */
+	FAULT_LIST, /* listing a directory: EACCES (opendir) */
 	FAULT_LIST_EIO, /* listing: EIO after the first name (readdir) */
 };
 
 struct test_faults {
 	enum test_fault fault;
-	int countdown;  /* writes to let through before failing; -1 never */
+	int countdown; /* writes to let through before failing; -1 never */
 	int injected;
 };
 
@@ -267,8 +272,7 @@ static inline int fault_lock(void *ctx, int fd)
 }
 
 static inline int fault_list(void *ctx, const char *dir,
-			     int (*fn)(void *arg, const char *name),
-			     void *arg)
+			     int (*fn)(void *arg, const char *name), void *arg)
 {
 	struct test_faults *f = ctx;
 

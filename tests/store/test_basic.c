@@ -24,8 +24,8 @@ static void put_range(struct kvs_store *s, const struct test_blk *b, int from,
 		      int to, enum kvs_durability dur)
 {
 	for (int i = from; i < to; i++)
-		assert_int_equal(kvs_store_put(s, b[i].obj, b[i].len, dur,
-					       NULL), 0);
+		assert_int_equal(
+			kvs_store_put(s, b[i].obj, b[i].len, dur, NULL), 0);
 }
 
 /* 0 if @b reads back byte-identical, else the get's error. */
@@ -95,7 +95,8 @@ static void test_roundtrip_tiers(void **state)
 		lens[i] = b[i].len;
 	}
 	assert_int_equal(kvs_store_put_batch(s, objs, lens, 60,
-					     KVS_DURABILITY_DURABLE, res), 0);
+					     KVS_DURABILITY_DURABLE, res),
+			 0);
 	struct kvs_store_ref *refs[60];
 	struct kvs_store_key keys[60];
 
@@ -168,7 +169,9 @@ static void test_capacity_churn(void **state)
 
 		if (test_rand(&rng) % 3)
 			assert_int_equal(kvs_store_put(s, x->obj, x->len,
-				test_rand(&rng) % 2, NULL), 0);
+						       test_rand(&rng) % 2,
+						       NULL),
+					 0);
 		else {
 			int err = get_same(s, x);
 
@@ -195,11 +198,11 @@ static int lru_hot_misses(int slots, int hot, int scan)
 	int clock = 0, used = 0, misses = 0;
 
 	for (int step = 0; step < 2 * hot + scan + hot; step++) {
-		int k = step < 2 * hot ? step % hot :
-			step < 2 * hot + scan ? hot + step - 2 * hot :
-			step - 2 * hot - scan;
-		bool is_get = step < 2 * hot ? step >= hot :
-			      step >= 2 * hot + scan;
+		int k = step < 2 * hot		? step % hot
+			: step < 2 * hot + scan ? hot + step - 2 * hot
+						: step - 2 * hot - scan;
+		bool is_get =
+			step < 2 * hot ? step >= hot : step >= 2 * hot + scan;
 
 		if (in[k]) {
 			age[k] = ++clock;
@@ -306,11 +309,13 @@ static void test_pinning(void **state)
 	o.write_through = false;
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 	assert_int_equal(kvs_store_put(s, b[0].obj, b[0].len,
-				       KVS_DURABILITY_MEMORY, NULL), 0);
+				       KVS_DURABILITY_MEMORY, NULL),
+			 0);
 	assert_int_equal(kvs_store_get(s, &b[0].key, &ref), 0);
 	/* replace it while pinned, then churn everything out */
 	assert_int_equal(kvs_store_put(s, b[0].obj, b[0].len,
-				       KVS_DURABILITY_MEMORY, NULL), 0);
+				       KVS_DURABILITY_MEMORY, NULL),
+			 0);
 	assert_int_equal(kvs_store_get(s, &b[0].key, &ref2), 0);
 	put_range(s, b, 1, N, KVS_DURABILITY_MEMORY);
 	assert_memory_equal(kvs_store_ref_data(ref), b[0].obj, b[0].len);
@@ -344,7 +349,8 @@ static void *worker_run(void *arg)
 
 			if ((i + round) % 3 == 0) {
 				w->bad += kvs_store_put(w->s, x->obj, x->len,
-					KVS_DURABILITY_WRITTEN, NULL) != 0;
+							KVS_DURABILITY_WRITTEN,
+							NULL) != 0;
 				continue;
 			}
 			err = kvs_store_get(w->s, &x->key, &ref);
@@ -378,10 +384,11 @@ static void test_threads(void **state)
 	test_opts(&o, 128 << 10, 1 << 20, 256 << 10);
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 	for (int i = 0; i < 2; i++) {
-		w[i] = (struct worker){ .s = s, .b = b, .n = N,
-					.first = i * 31 };
-		assert_int_equal(pthread_create(&t[i], NULL, worker_run,
-						&w[i]), 0);
+		w[i] = (struct worker){
+			.s = s, .b = b, .n = N, .first = i * 31
+		};
+		assert_int_equal(pthread_create(&t[i], NULL, worker_run, &w[i]),
+				 0);
 	}
 	for (int i = 0; i < 2; i++) {
 		pthread_join(t[i], NULL);
@@ -418,7 +425,9 @@ static void test_lookup_prefix(void **state)
 			obj = test_block_ident(&id, (uint64_t)sp * 2 + l, 1,
 					       &len);
 			assert_int_equal(kvs_store_put(s, obj, len,
-				KVS_DURABILITY_WRITTEN, NULL), 0);
+						       KVS_DURABILITY_WRITTEN,
+						       NULL),
+					 0);
 			free(obj);
 		}
 	}
@@ -454,8 +463,8 @@ static void test_version_refused(void **state)
 
 	test_opts(&o, 1 << 20, 4 << 20, 1 << 20);
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
-	assert_int_equal(kvs_store_put(s, obj, len, KVS_DURABILITY_DURABLE,
-				       NULL), 0);
+	assert_int_equal(
+		kvs_store_put(s, obj, len, KVS_DURABILITY_DURABLE, NULL), 0);
 	kvs_store_close(s);
 	/* a segment from a newer store format */
 	snprintf(path, sizeof(path), "%s/seg-%016llx.kvs", dir, 0ull);
@@ -491,10 +500,10 @@ static void test_bad_object_refused(void **state)
 	test_opts(&o, 1 << 20, 4 << 20, 1 << 20);
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 	obj[len - 1] ^= 0x40;
-	assert_true(kvs_store_put(s, obj, len, KVS_DURABILITY_WRITTEN,
-				  NULL) < 0);
-	assert_true(kvs_store_put(s, obj, 100, KVS_DURABILITY_WRITTEN,
-				  NULL) < 0);
+	assert_true(kvs_store_put(s, obj, len, KVS_DURABILITY_WRITTEN, NULL) <
+		    0);
+	assert_true(kvs_store_put(s, obj, 100, KVS_DURABILITY_WRITTEN, NULL) <
+		    0);
 	assert_int_equal(kvs_store_get(s, &key, &ref), -KVS_ENOTFOUND);
 	kvs_store_close(s);
 	free(obj);

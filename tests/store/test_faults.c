@@ -58,7 +58,8 @@ static void fill(const char *dir, int n)
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 	for (int i = 0; i < n; i++)
 		assert_int_equal(kvs_store_put(s, blocks[i].obj, blocks[i].len,
-				KVS_DURABILITY_DURABLE, NULL), 0);
+					       KVS_DURABILITY_DURABLE, NULL),
+				 0);
 	kvs_store_close(s);
 }
 
@@ -159,7 +160,8 @@ static void test_flipped_byte(void **state)
 	}
 	/* --repair drops it for good */
 	assert_int_equal(kvs_store_fsck(dir, KVS_FSCK_REPAIR, NULL, NULL, NULL,
-					&(struct kvs_fsck_report){ 0 }), 0);
+					&(struct kvs_fsck_report){ 0 }),
+			 0);
 	struct fsck_tally t = { 0 };
 	struct kvs_fsck_report rep;
 
@@ -190,7 +192,8 @@ static void test_torn_tail(void **state)
 	test_opts(&o, 1 << 20, 16 << 20, 1 << 20);
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 	assert_int_equal(kvs_store_put(s, big.obj, big.len,
-				       KVS_DURABILITY_DURABLE, NULL), 0);
+				       KVS_DURABILITY_DURABLE, NULL),
+			 0);
 	kvs_store_close(s);
 	/* the newest segment ends 4096 bytes into the big record's end:
 	 * cut it short, as a crash mid-write would */
@@ -207,14 +210,16 @@ static void test_torn_tail(void **state)
 		for (int i = 0; i < NB; i++)
 			misses += check_get(s, &blocks[i]) != 0;
 		assert_int_equal(misses, 0);
-		assert_int_equal(check_get(s, &big), open == 2 ? 0 :
-			-KVS_ENOTFOUND);
+		assert_int_equal(check_get(s, &big),
+				 open == 2 ? 0 : -KVS_ENOTFOUND);
 		kvs_store_stats_get(s, &st);
 		assert_int_equal(st.torn_dropped, open == 0);
 		assert_int_equal(st.corrupt_dropped, 0);
 		if (open == 1)
 			assert_int_equal(kvs_store_put(s, big.obj, big.len,
-				KVS_DURABILITY_DURABLE, NULL), 0);
+						       KVS_DURABILITY_DURABLE,
+						       NULL),
+					 0);
 		kvs_store_close(s);
 	}
 	memset(&t, 0, sizeof(t));
@@ -249,7 +254,8 @@ static void test_torn_middle(void **state)
 	for (int open = 0; open < 3; open++) {
 		if (open == 2)
 			assert_int_equal(kvs_store_fsck(dir, KVS_FSCK_REPAIR,
-					NULL, NULL, NULL, &rep), 0);
+							NULL, NULL, NULL, &rep),
+					 0);
 		assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 		kvs_store_stats_get(s, &st);
 		assert_int_equal(st.torn_dropped + st.corrupt_dropped,
@@ -268,8 +274,8 @@ static void injected(enum test_fault fault, bool durable)
 	struct kvs_store_io_ops ops;
 	struct kvs_store_opts o;
 	struct kvs_store *s;
-	enum kvs_durability dur = durable ? KVS_DURABILITY_DURABLE :
-					    KVS_DURABILITY_WRITTEN;
+	enum kvs_durability dur =
+		durable ? KVS_DURABILITY_DURABLE : KVS_DURABILITY_WRITTEN;
 	char *dir = test_mkdir();
 
 	fault_ops(&ops, &f);
@@ -278,17 +284,19 @@ static void injected(enum test_fault fault, bool durable)
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 	for (int i = 0; i < 8; i++)
 		assert_int_equal(kvs_store_put(s, blocks[i].obj, blocks[i].len,
-					       dur, NULL), 0);
+					       dur, NULL),
+				 0);
 	/* the next write (or sync) fails: an error, no acknowledgement */
 	f.countdown = 0;
-	assert_true(kvs_store_put(s, blocks[8].obj, blocks[8].len, dur,
-				  NULL) < 0);
+	assert_true(kvs_store_put(s, blocks[8].obj, blocks[8].len, dur, NULL) <
+		    0);
 	assert_int_equal(f.injected, 1);
 	/* still usable */
 	f.countdown = -1;
 	for (int i = 9; i < 16; i++)
 		assert_int_equal(kvs_store_put(s, blocks[i].obj, blocks[i].len,
-					       dur, NULL), 0);
+					       dur, NULL),
+				 0);
 	for (int i = 0; i < 16; i++)
 		if (i != 8)
 			assert_int_equal(check_get(s, &blocks[i]), 0);
@@ -347,13 +355,14 @@ static void test_full_disk(void **state)
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 	for (int i = 0; i < 12; i++)
 		assert_int_equal(kvs_store_put(s, blocks[i].obj, blocks[i].len,
-				KVS_DURABILITY_DURABLE, NULL), 0);
+					       KVS_DURABILITY_DURABLE, NULL),
+				 0);
 	f.fault = FAULT_FULL;
 	for (int round = 0; round < 20; round++)
 		for (int i = 12; i < NB; i++)
-			failed += kvs_store_put(s, blocks[i].obj,
-				blocks[i].len, KVS_DURABILITY_DURABLE,
-				NULL) == -ENOSPC;
+			failed += kvs_store_put(s, blocks[i].obj, blocks[i].len,
+						KVS_DURABILITY_DURABLE,
+						NULL) == -ENOSPC;
 	assert_int_equal(failed, 20 * (NB - 12));
 	for (int i = 0; i < 12; i++)
 		assert_int_equal(check_get(s, &blocks[i]), 0);
@@ -366,7 +375,8 @@ static void test_full_disk(void **state)
 	/* space is back: puts work again */
 	for (int i = 12; i < NB; i++)
 		assert_int_equal(kvs_store_put(s, blocks[i].obj, blocks[i].len,
-				KVS_DURABILITY_DURABLE, NULL), 0);
+					       KVS_DURABILITY_DURABLE, NULL),
+				 0);
 	kvs_store_close(s);
 	test_rmdir(dir);
 }
@@ -392,7 +402,8 @@ static void test_direct_refused(void **state)
 	assert_true(f.injected > 0);
 	for (int i = 0; i < NB; i++)
 		assert_int_equal(kvs_store_put(s, blocks[i].obj, blocks[i].len,
-				KVS_DURABILITY_DURABLE, NULL), 0);
+					       KVS_DURABILITY_DURABLE, NULL),
+				 0);
 	for (int i = 0; i < NB; i++)
 		assert_int_equal(check_get(s, &blocks[i]), 0);
 	kvs_store_close(s);

@@ -78,7 +78,8 @@ static void get_all(struct kvs_store *s)
 static void roundtrip(const char *dir, bool buffered, bool direct)
 {
 	static const enum kvs_durability dur[] = {
-		KVS_DURABILITY_MEMORY, KVS_DURABILITY_WRITTEN,
+		KVS_DURABILITY_MEMORY,
+		KVS_DURABILITY_WRITTEN,
 		KVS_DURABILITY_DURABLE,
 	};
 	struct kvs_store_opts o;
@@ -94,7 +95,8 @@ static void roundtrip(const char *dir, bool buffered, bool direct)
 	assert_int_equal(st.direct_io, direct);
 	for (int i = 0; i < NB; i++)
 		assert_int_equal(kvs_store_put(s, blocks[i].obj, blocks[i].len,
-					       dur[i % 3], NULL), 0);
+					       dur[i % 3], NULL),
+				 0);
 	get_all(s);
 	kvs_store_stats_get(s, &st);
 	assert_int_equal(st.direct_io, direct);

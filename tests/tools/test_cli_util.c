@@ -24,23 +24,31 @@ static void test_sizes(void **state)
 		const char *text;
 		uint64_t bytes;
 	} good[] = {
-		{ "0", 0 },         { "4096", 4096 },
-		{ "64K", 65536 },   { "64k", 65536 },
-		{ "1M", 1 << 20 },  { "2G", 2ull << 30 },
-		{ "1T", 1ull << 40 }, { "16KiB", 16384 },
-		{ "3kb", 3072 },    { "7B", 7 },
+		{ "0", 0 },	      { "4096", 4096 },	  { "64K", 65536 },
+		{ "64k", 65536 },     { "1M", 1 << 20 },  { "2G", 2ull << 30 },
+		{ "1T", 1ull << 40 }, { "16KiB", 16384 }, { "3kb", 3072 },
+		{ "7B", 7 },
 	};
 	static const char *const bad[] = {
-		"", "K", "-1", "+1", " 1", "1.5G", "1X", "1KX", "1KiBs",
-		"20000000T", "99999999999999999999",
+		"",
+		"K",
+		"-1",
+		"+1",
+		" 1",
+		"1.5G",
+		"1X",
+		"1KX",
+		"1KiBs",
+		"20000000T",
+		"99999999999999999999",
 	};
 	uint64_t v;
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
 		v = 12345;
-		assert_int_equal(kvs_cli_parse_size("t", "size", good[i].text,
-						    &v), 0);
+		assert_int_equal(
+			kvs_cli_parse_size("t", "size", good[i].text, &v), 0);
 		assert_int_equal(v, good[i].bytes);
 	}
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -82,8 +90,8 @@ struct parsed {
 	bool json;
 };
 
-static int parse(struct parsed *p, const char **pos, size_t *n_pos,
-		 int argc, char **argv)
+static int parse(struct parsed *p, const char **pos, size_t *n_pos, int argc,
+		 char **argv)
 {
 	struct kvs_cli_opt opts[] = {
 		KVS_OPT_U32("heads", &p->heads, 1, 64, true),
@@ -109,7 +117,8 @@ static void test_options(void **state)
 
 	(void)state;
 	assert_int_equal(PARSE("--heads", "8", "--capacity=1G", "a.blk",
-			       "--json", "--name", "x", "--seconds", "0.5"), 0);
+			       "--json", "--name", "x", "--seconds", "0.5"),
+			 0);
 	assert_int_equal(p.heads, 8);
 	assert_int_equal(p.cap, 1ull << 30);
 	assert_string_equal(p.name, "x");
@@ -126,15 +135,15 @@ static void test_options(void **state)
 
 	assert_int_equal(PARSE("--heads", "8", "-h"), KVS_CLI_HELP);
 	assert_int_equal(PARSE("--help"), KVS_CLI_HELP);
-	assert_int_equal(PARSE("--json"), -KVS_EPARAM);          /* required */
-	assert_int_equal(PARSE("--heads", "65"), -KVS_EPARAM);   /* range */
-	assert_int_equal(PARSE("--heads"), -KVS_EPARAM);         /* value */
+	assert_int_equal(PARSE("--json"), -KVS_EPARAM); /* required */
+	assert_int_equal(PARSE("--heads", "65"), -KVS_EPARAM); /* range */
+	assert_int_equal(PARSE("--heads"), -KVS_EPARAM); /* value */
 	assert_int_equal(PARSE("--heads", "1", "--heads", "2"), -KVS_EPARAM);
 	assert_int_equal(PARSE("--heads", "1", "--bogus"), -KVS_EPARAM);
 	assert_int_equal(PARSE("--heads", "1", "-x"), -KVS_EPARAM);
 	assert_int_equal(PARSE("--heads", "1", "--json=1"), -KVS_EPARAM);
 	assert_int_equal(PARSE("--heads", "1", "--capacity", "1K"),
-			 -KVS_EPARAM);                            /* min */
+			 -KVS_EPARAM); /* min */
 	assert_int_equal(PARSE("--heads", "1", "--seconds", "nan"),
 			 -KVS_EPARAM);
 	assert_int_equal(PARSE("--heads", "1", "a", "b", "c"), -KVS_EPARAM);
@@ -201,20 +210,19 @@ static void test_json(void **state)
 	kvs_cli_json_object_end(&j);
 	kvs_cli_json_finish(&j);
 	fclose(f);
-	assert_string_equal(text,
-		"{\n"
-		"  \"s\": \"a\\\"b\\\\c\\n\\u0001\",\n"
-		"  \"n\": 18446744073709551615,\n"
-		"  \"d\": 387072,\n"
-		"  \"f\": 0.1,\n"
-		"  \"nan\": null,\n"
-		"  \"a\": [\n"
-		"    true,\n"
-		"    null,\n"
-		"    {}\n"
-		"  ],\n"
-		"  \"empty\": []\n"
-		"}\n");
+	assert_string_equal(text, "{\n"
+				  "  \"s\": \"a\\\"b\\\\c\\n\\u0001\",\n"
+				  "  \"n\": 18446744073709551615,\n"
+				  "  \"d\": 387072,\n"
+				  "  \"f\": 0.1,\n"
+				  "  \"nan\": null,\n"
+				  "  \"a\": [\n"
+				  "    true,\n"
+				  "    null,\n"
+				  "    {}\n"
+				  "  ],\n"
+				  "  \"empty\": []\n"
+				  "}\n");
 	free(text);
 }
 
