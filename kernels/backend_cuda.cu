@@ -25,6 +25,18 @@ int kvs_cuda_available(void)
 	return 0;
 }
 
+int kvs_cuda_host_register(void *base, size_t len, bool unregister)
+{
+	int rc = kvs_cuda_available();
+
+	if (rc < 0)
+		return rc;
+	if (unregister)
+		return KVS_CUDA_CHECK(cudaHostUnregister(base));
+	return KVS_CUDA_CHECK(
+		cudaHostRegister(base, len, cudaHostRegisterDefault));
+}
+
 static int cuda_seal(const struct kvs_shape *shape,
 		     const struct kvs_ident *ident, enum kvs_dtype in_dtype,
 		     const void *keys, const void *values, uint8_t *image)

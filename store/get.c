@@ -349,5 +349,6 @@ void kvs_store_stats_get(struct kvs_store *store, struct kvs_store_stats *out)
 	out->direct_io = s->direct;
 	out->hugepages = s->dram.huge;
 	out->registered = s->registered;
+	out->host_pinned = s->dram.host_registered;
 	pthread_mutex_unlock(&s->lock);
 }

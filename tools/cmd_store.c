@@ -242,6 +242,7 @@ static int store_stat(int argc, char **argv, struct store_args *a, char **pos,
 	kvs_cli_json_bool(&j, "direct_io", st.direct_io);
 	kvs_cli_json_bool(&j, "hugepages", st.hugepages);
 	kvs_cli_json_bool(&j, "registered_buffers", st.registered);
+	kvs_cli_json_bool(&j, "cuda_pinned", st.host_pinned);
 	kvs_cli_json_object_end(&j);
 	kvs_cli_json_finish(&j);
 	return KVS_EXIT_OK;

@@ -18,6 +18,7 @@
 #ifndef KVSTASH_KERNELS_H
 #define KVSTASH_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,6 +35,15 @@ extern "C" {
 
 /* 0 if a CUDA device is usable, else -KVS_ENODEV (and logs why at debug). */
 int kvs_cuda_available(void);
+
+/*
+ * kvs_cuda_host_register - pin (or with @unregister, unpin) @len bytes of
+ * host memory at @base for asynchronous copies (cudaHostRegister).  The
+ * signature of kvs_store_host_register_hook: a program that links both
+ * the store and the kernels sets the hook to this so the DRAM arena is
+ * pinned.  Returns 0, -KVS_ENODEV without a device, or -KVS_ECUDA.
+ */
+int kvs_cuda_host_register(void *base, size_t len, bool unregister);
 
 /*
  * Seal: full-precision K/V of @blocks spans of S tokens -> block images.

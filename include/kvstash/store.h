@@ -250,6 +250,8 @@ struct kvs_store_stats {
 	bool direct_io; /* O_DIRECT in use */
 	bool hugepages; /* DRAM arena on hugepages */
 	bool registered; /* DRAM arena registered with io_uring */
+	bool host_pinned; /* DRAM arena pinned by kvs_store_host_register_hook
+			   */
 };
 
 /* Counters since open. */
