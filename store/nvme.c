@@ -188,28 +188,37 @@ static void nghost_trim(struct kvs_store *s)
 	}
 }
 
-static int read_record(struct kvs_store *s, struct segment *seg, uint64_t off,
-		       uint8_t *buf, uint64_t rec)
+/* One whole-record read or write at @off of @seg; a short transfer is
+ * -EIO.  Logs the failure. */
+static int record_io(struct kvs_store *s, struct segment *seg, int op,
+		     uint64_t off, uint8_t *buf, uint64_t rec, int buf_index)
 {
 	struct kvs_store_io_req req = {
-		.op = KVS_STORE_IO_READ,
+		.op = op,
 		.fd = seg->fd,
 		.buf = buf,
 		.len = (uint32_t)rec,
 		.off = off,
-		.buf_index = -1,
+		.buf_index = buf_index,
 	};
 	int err = io_run(s, &req, 1, s->opts.queue_depth);
 
-	if (!err)
-		err = req.res < 0		 ? req.res
-		      : (uint64_t)req.res != rec ? -EIO
-						 : 0;
+	if (!err && req.res < 0)
+		err = req.res;
+	else if (!err && (uint64_t)req.res != rec)
+		err = -EIO;
 	if (err)
-		kvs_log(KVS_LOG_ERR, "store: read segment %llu at %llu: %s",
+		kvs_log(KVS_LOG_ERR, "store: %s segment %llu at %llu: %s",
+			op == KVS_STORE_IO_READ ? "read" : "write",
 			(unsigned long long)seg->id, (unsigned long long)off,
 			kvs_strerror(err));
 	return err;
+}
+
+static int read_record(struct kvs_store *s, struct segment *seg, uint64_t off,
+		       uint8_t *buf, uint64_t rec)
+{
+	return record_io(s, seg, KVS_STORE_IO_READ, off, buf, rec, -1);
 }
 
 struct carry_set {
@@ -347,25 +356,8 @@ remove_file:
 static int write_at(struct kvs_store *s, struct segment *seg, uint64_t off,
 		    uint8_t *image, uint64_t rec, int buf_index)
 {
-	struct kvs_store_io_req req = {
-		.op = KVS_STORE_IO_WRITE,
-		.fd = seg->fd,
-		.buf = image,
-		.len = (uint32_t)rec,
-		.off = off,
-		.buf_index = buf_index,
-	};
-	int err = io_run(s, &req, 1, s->opts.queue_depth);
-
-	if (!err)
-		err = req.res < 0		 ? req.res
-		      : (uint64_t)req.res != rec ? -EIO
-						 : 0;
-	if (err)
-		kvs_log(KVS_LOG_ERR, "store: write segment %llu at %llu: %s",
-			(unsigned long long)seg->id, (unsigned long long)off,
-			kvs_strerror(err));
-	return err;
+	return record_io(s, seg, KVS_STORE_IO_WRITE, off, image, rec,
+			 buf_index);
 }
 
 static void stamp(struct kvs_store *s, struct entry *e, uint8_t *image,
