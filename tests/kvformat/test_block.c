@@ -934,38 +934,53 @@ static void test_error_order(void **state)
 	sealed_free(&s);
 }
 
+/*
+ * Seals an all-zero block of @sh with LZ4 (every section compresses) and
+ * returns it with its decoded header and the index of the last LZ4 section
+ * whose logical length is at least @min_logical.
+ */
+static uint8_t *seal_zero_lz4(const struct kvs_shape *sh, uint32_t min_logical,
+			      size_t *len, struct kvs_header *h, int *sec)
+{
+	size_t n = (size_t)sh->kv_heads * sh->span * sh->head_dim;
+	float *flat = calloc(n, sizeof(float));
+	struct kvs_ident id;
+	uint8_t *lz;
+
+	assert_non_null(flat);
+	test_ident_fill(&id);
+	assert_int_equal(kvs_block_seal(sh, &id, KVS_DTYPE_F32, flat, flat,
+					KVS_ENCODE_LZ4, &lz, len),
+			 0);
+	free(flat);
+	assert_int_equal(kvs_header_decode(lz, *len, 0, h), 0);
+	*sec = -1;
+	for (uint32_t i = 0; i < h->section_count; i++)
+		if (h->section[i].codec == KVS_CODEC_LZ4 &&
+		    h->section[i].logical_len >= min_logical)
+			*sec = (int)i;
+	assert_true(*sec >= 0);
+	return lz;
+}
+
 /* An LZ4 section that does not expand to its logical length. */
 static void test_lz4_length_error(void **state)
 {
 	struct kvs_shape sh;
-	struct kvs_ident id;
 	struct kvs_header h;
-	float *flat;
 	uint8_t *lz;
-	size_t lz_len, n;
-	int sec = -1;
+	size_t lz_len;
+	int sec;
 
 	(void)state;
 	tiny_shape(&sh);
-	n = (size_t)sh.kv_heads * sh.span * sh.head_dim;
-	flat = calloc(n, sizeof(float));
-	assert_non_null(flat);
-	test_ident_fill(&id);
-	assert_int_equal(kvs_block_seal(&sh, &id, KVS_DTYPE_F32, flat, flat,
-					KVS_ENCODE_LZ4, &lz, &lz_len),
-			 0);
-	assert_int_equal(kvs_header_decode(lz, lz_len, 0, &h), 0);
-	for (uint32_t i = 0; i < h.section_count && sec < 0; i++)
-		if (h.section[i].codec == KVS_CODEC_LZ4)
-			sec = (int)i;
-	assert_true(sec >= 0);
+	lz = seal_zero_lz4(&sh, 0, &lz_len, &h, &sec);
 	/* Garbage in place of the LZ4 stream, all checksums valid. */
 	memset(lz + h.section[sec].offset, 0xF0, h.section[sec].stored_len);
 	fix_section_sum(lz, sec);
 	fix_header_sum(lz);
 	assert_int_equal(kvs_object_verify(lz, lz_len, 0), -KVS_ELZ4);
 	free(lz);
-	free(flat);
 }
 
 /* Finite bf16 metadata whose top code reconstructs past FLT_MAX is refused
@@ -994,35 +1009,20 @@ static void test_lz4_ratio_bound(void **state)
 {
 	struct kvs_shape sh;
 	struct kvs_header h;
-	float *flat;
 	uint8_t *lz;
-	size_t lz_len, n;
-	struct kvs_ident id;
-	int sec = -1;
+	size_t lz_len;
+	int sec;
 
 	(void)state;
 	tiny_shape(&sh);
 	sh.kv_heads = 4; /* sections of a few KiB */
 	sh.head_dim = 64;
-	n = (size_t)sh.kv_heads * sh.span * sh.head_dim;
-	flat = calloc(n, sizeof(float));
-	assert_non_null(flat);
-	test_ident_fill(&id);
-	assert_int_equal(kvs_block_seal(&sh, &id, KVS_DTYPE_F32, flat, flat,
-					KVS_ENCODE_LZ4, &lz, &lz_len),
-			 0);
-	assert_int_equal(kvs_header_decode(lz, lz_len, 0, &h), 0);
-	for (uint32_t i = 0; i < h.section_count; i++)
-		if (h.section[i].codec == KVS_CODEC_LZ4 &&
-		    h.section[i].logical_len > 255 + 255)
-			sec = (int)i;
-	assert_true(sec >= 0);
+	lz = seal_zero_lz4(&sh, 255 + 256, &lz_len, &h, &sec);
 	/* One stored byte cannot expand to the section's logical length. */
 	put_le(sec_entry(lz, sec) + FMT_SEC_STORED, 1, 4);
 	fix_header_sum(lz);
 	assert_int_equal(kvs_header_decode(lz, lz_len, 0, &h), -KVS_EBOUNDS);
 	free(lz);
-	free(flat);
 }
 
 /* Non-finite residual values are refused like non-finite metadata; a
