@@ -87,8 +87,10 @@ static int finish_read(struct kvs_store *s, struct nvme_read *r, int res,
 	int err = res;
 
 	*ref = NULL;
-	if (!err)
-		err = store_check_read(s, e, r->buf);
+	/* a record failing a check is dropped (and counted): a miss for
+	 * the caller, never an error of its own */
+	if (!err && store_check_read(s, e, r->buf))
+		err = -KVS_ENOTFOUND;
 	if (!err && r->in_dram && e->slot) {
 		/* the same key twice in one batch: share the first copy */
 		read_buf_free(s, r);

@@ -464,6 +464,7 @@ static int sync_seg(struct kvs_store *s, struct segment *seg)
 		/* after a failed sync the file's state is unknown: stop
 		 * appending to it and never report it durable */
 		seg->sealed = true;
+		seg->sync_failed = true;
 		kvs_log(KVS_LOG_ERR, "store: fdatasync segment %llu: %s",
 			(unsigned long long)seg->id, strerror(-err));
 		return err;

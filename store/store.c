@@ -284,6 +284,7 @@ struct pending {
 	struct entry *e; /* pinned until finished */
 	uint8_t *image;
 	bool owned;
+	bool kept; /* its bytes are on NVMe already: no write unless lost */
 	bool started, finished;
 	size_t i; /* index in the batch */
 	struct segment *seg;
@@ -317,6 +318,7 @@ static int entry_for_put(struct kvs_store *s, const struct kvs_store_key *key,
 		uint64_t off = old->off, seq = old->seq;
 
 		e->len = old->len;
+		e->psum = old->psum; /* so a put of the same bytes keeps it */
 		nvme_detach(s, old);
 		nvme_attach(s, e, seg, off, seq);
 	}
@@ -379,6 +381,16 @@ static int stage_one(struct kvs_store *s, const uint8_t *obj, size_t len,
 	 * of the same bytes still does: the DRAM copy stays clean) */
 	if (e->seg && (e->len != len || e->psum != psum))
 		nvme_detach(s, e);
+	/* a record of these very bytes is there already: keep it rather
+	 * than write it again, which would hang a block already durable on
+	 * a new write that a crash can tear (recovery keeps only a key's
+	 * newest record).  A DURABLE put is then served by the sync that
+	 * ends the batch; kept_check() writes it after all if the batch
+	 * reclaims it.  Not after a failed sync of its segment, which no
+	 * later sync vouches for.  The put counts as a use. */
+	p->kept = need_write && e->seg && !e->seg->sync_failed;
+	if (p->kept && e->nfreq < 3)
+		e->nfreq++;
 	e->len = (uint32_t)len;
 	e->psum = psum;
 	if (!p->owned) {
@@ -486,6 +498,32 @@ static void start_write(struct kvs_store *s, struct pending *p, size_t k,
 	reap(s, p, k + 1, results);
 }
 
+/* Writes the kept objects of p[0..n) whose records the batch itself
+ * reclaimed (a roll, a spill) and releases the others, once nothing is
+ * in flight; a write may reclaim again, so until none is left. */
+static void kept_check(struct kvs_store *s, struct pending *p, size_t n,
+		       int *results)
+{
+	bool wrote;
+
+	do {
+		wrote = false;
+		for (size_t k = 0; k < n; k++) {
+			struct pending *q = &p[k];
+
+			if (!q->kept || q->started || q->finished ||
+			    q->e->seg || !q->e->in_index)
+				continue;
+			start_write(s, p, k, results);
+			wrote = true;
+		}
+		drain(s, p, n, results);
+	} while (wrote);
+	for (size_t k = 0; k < n; k++)
+		if (p[k].kept && !p[k].started && !p[k].finished)
+			release_pending(s, &p[k]);
+}
+
 int kvs_store_put_batch(struct kvs_store *store, const uint8_t *const *objs,
 			const size_t *lens, size_t n,
 			enum kvs_durability durability, int *results)
@@ -522,11 +560,13 @@ int kvs_store_put_batch(struct kvs_store *store, const uint8_t *const *objs,
 				  durability > KVS_DURABILITY_MEMORY, &p[np]);
 		if (results[i] == 0 && p[np].e) {
 			p[np].i = i;
-			start_write(s, p, np, results);
+			if (!p[np].kept)
+				start_write(s, p, np, results);
 			np++;
 		}
 	}
 	drain(s, p, np, results);
+	kept_check(s, p, np, results);
 	if (durability == KVS_DURABILITY_DURABLE) {
 		err = nvme_sync_dirty(s);
 		for (size_t i = 0; err && i < n; i++)

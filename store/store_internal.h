@@ -251,6 +251,7 @@ struct segment {
 	uint32_t pending; /* writes started, not yet attached */
 	bool sealed; /* no more appends */
 	bool dirty; /* written since the last fdatasync */
+	bool sync_failed; /* an fdatasync failed: never durable */
 };
 
 /* ---- the store (store.c) --------------------------------------------- */
