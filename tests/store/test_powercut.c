@@ -2,29 +2,20 @@
  * test_powercut.c - power loss, simulated at the I/O-ops layer, to check
  * the promise of store.h: an acknowledged-durable block survives it.
  *
- * The model: a disk with a volatile write cache under a file system that
- * keeps no more than POSIX promises.  A forked writer runs the store on a
- * real directory through an ops table that does every call for real (so
- * the running store reads back what it wrote, as from the page cache) and
- * also remembers what is not durable yet:
- *  - data: each pwrite and each WRITE request (run at once in @start) is
- *    a pending write of its file, kept with its bytes;
- *  - size: ftruncate, fallocate and O_TRUNC are pending size changes;
- *  - fsync or fdatasync of a file makes its pending writes and size
- *    changes durable (fdatasync too: a size the data needs is part of it);
- *  - names: creating a file, rename and unlink are pending operations of
- *    the directory, durable only at the next fsync of the directory (the
- *    weakest POSIX promise, which the store's contract relies on: it
- *    fsyncs the directory after creating a segment or the superblock).
- *    Neither fsync of the file nor time makes a name durable.  An
- *    unlinked file's durable content is kept: a lost unlink revives it.
- *    The store directory itself is made by the test and taken as durable.
- * At a random modelled operation (which then never happens) the power is
- * cut: each file is rebuilt from its durable content by replaying its
- * pending operations in order, each write independently applied whole,
- * dropped, or torn (each 512-byte sector new or old), each size change
- * applied or not; the directory from its durable names plus a random
- * subset of its pending operations, in order.  The writer then _exits.
+ * The model (vcache.h): a disk with a volatile write cache under a file
+ * system that keeps no more than POSIX promises.  A forked writer runs
+ * the store on a real directory through an ops table that does every call
+ * for real and remembers what is not durable yet.  A write or size change
+ * (ftruncate, fallocate, O_TRUNC) of a file is durable at the file's next
+ * fsync or fdatasync; creating a file, rename and unlink at the next fsync
+ * of the directory (the weakest POSIX promise, which the store's contract
+ * relies on: it fsyncs the directory after creating a segment or the
+ * superblock), never by fsync of the file; an unlinked file can come
+ * back.  At a random modelled operation (which then never happens) the
+ * power goes: each file is rebuilt from its durable content plus its
+ * pending writes in order, each applied whole, dropped or torn (each
+ * 512-byte sector new or old), each size change and directory operation
+ * kept or not.  The writer then _exits.
  *
  * The writer mixes durable puts (single and batched), WRITTEN / MEMORY
  * puts, re-puts of the same bytes, a second version of some keys, gets
@@ -53,6 +44,7 @@
 #include "kvstash/log.h"
 #include "store_internal.h"
 #include "store_test.h"
+#include "vcache.h"
 
 enum {
 	NKEYS = 192,
@@ -60,16 +52,10 @@ enum {
 	ROUNDS = 200,
 	PHASES = 2,
 	MAX_CALLS = 300,
-	MAX_FILES = 64,
-	MAX_NAMES = 32,
-	MAX_DIR_OPS = 256,
-	MAX_FDS = 1024,
 	MAX_REGIONS = 8192,
 	MAX_UNLINKED = 64,
-	NAME_LEN = 48,
 };
 
-#define SECTOR 512u
 #define SEG_SIZE (256ull << 10)
 #define TIME_BUDGET_S 6.0
 
@@ -181,57 +167,6 @@ writer_fail(const char *fmt, ...)
 	_exit(1);
 }
 
-/* ---- the volatile-cache model --------------------------------------- */
-
-struct pending_op {
-	uint64_t off; /* write offset, or the new size */
-	uint32_t len; /* bytes written; 0 for a size change */
-	uint8_t *data;
-};
-
-struct inode {
-	uint8_t *bytes; /* durable content */
-	uint64_t len, cap;
-	struct pending_op *ops;
-	size_t nops, ops_cap;
-};
-
-struct name {
-	char s[NAME_LEN];
-	int ino;
-};
-
-struct names {
-	struct name v[MAX_NAMES];
-	size_t n;
-};
-
-enum dir_op_kind { DIR_CREATE, DIR_RENAME, DIR_UNLINK };
-
-struct dir_op {
-	enum dir_op_kind kind;
-	char from[NAME_LEN], to[NAME_LEN];
-	int ino;
-};
-
-#define FD_DIR (-2)
-
-static struct {
-	char dir[4096];
-	size_t dir_len;
-	struct inode ino[MAX_FILES];
-	int nino;
-	struct names durable, now;
-	struct dir_op dops[MAX_DIR_OPS];
-	size_t ndops;
-	int fd_ino[MAX_FDS]; /* -1 not ours, FD_DIR the directory */
-	uint64_t ops, cut_at; /* the power goes before op cut_at */
-	uint64_t events, cut_event, cut_after; /* or cut_after ops past the
-						* cut_event-th segment creation
-						* or unlink */
-	uint64_t rng;
-} m;
-
 /* The writer's view of the store, for the expectations at the cut. */
 static struct {
 	struct kvs_store *store;
@@ -242,462 +177,6 @@ static struct {
 	size_t nunlinked;
 } w;
 
-static __attribute__((noreturn)) void power_cut(void);
-
-static void image_write(uint8_t **buf, uint64_t *len, uint64_t *cap,
-			uint64_t off, const uint8_t *data, uint64_t n)
-{
-	if (!n)
-		return;
-	if (off + n > *cap) {
-		uint64_t c = (off + n) * 2;
-		uint8_t *b = realloc(*buf, c);
-
-		if (!b)
-			writer_fail("out of memory");
-		*buf = b;
-		*cap = c;
-	}
-	if (off > *len)
-		memset(*buf + *len, 0, off - *len);
-	memcpy(*buf + off, data, n);
-	if (off + n > *len)
-		*len = off + n;
-}
-
-static void image_resize(uint8_t **buf, uint64_t *len, uint64_t *cap,
-			 uint64_t size)
-{
-	static const uint8_t zero[SECTOR];
-
-	while (*len < size) {
-		uint64_t n = size - *len < SECTOR ? size - *len : SECTOR;
-
-		image_write(buf, len, cap, *len, zero, n);
-	}
-	*len = size;
-}
-
-static void pending_add(int ino, uint64_t off, const void *data, uint32_t len)
-{
-	struct inode *f = &m.ino[ino];
-	struct pending_op *op;
-
-	if (f->nops == f->ops_cap) {
-		size_t c = f->ops_cap ? f->ops_cap * 2 : 64;
-		struct pending_op *v = realloc(f->ops, c * sizeof(*v));
-
-		if (!v)
-			writer_fail("out of memory");
-		f->ops = v;
-		f->ops_cap = c;
-	}
-	op = &f->ops[f->nops++];
-	op->off = off;
-	op->len = len;
-	op->data = NULL;
-	if (len) {
-		op->data = malloc(len);
-		if (!op->data)
-			writer_fail("out of memory");
-		memcpy(op->data, data, len);
-	}
-}
-
-/* fsync / fdatasync: everything pending on the file is durable. */
-static void inode_commit(int ino)
-{
-	struct inode *f = &m.ino[ino];
-
-	for (size_t i = 0; i < f->nops; i++) {
-		struct pending_op *op = &f->ops[i];
-
-		if (op->len)
-			image_write(&f->bytes, &f->len, &f->cap, op->off,
-				    op->data, op->len);
-		else
-			image_resize(&f->bytes, &f->len, &f->cap, op->off);
-		free(op->data);
-	}
-	f->nops = 0;
-}
-
-static int inode_new(void)
-{
-	if (m.nino == MAX_FILES)
-		writer_fail("model: more than %d files", MAX_FILES);
-	memset(&m.ino[m.nino], 0, sizeof(m.ino[0]));
-	return m.nino++;
-}
-
-static int names_find(const struct names *ns, const char *s)
-{
-	for (size_t i = 0; i < ns->n; i++)
-		if (!strcmp(ns->v[i].s, s))
-			return (int)i;
-	return -1;
-}
-
-static void names_set(struct names *ns, const char *s, int ino)
-{
-	int i = names_find(ns, s);
-
-	if (i < 0) {
-		if (ns->n == MAX_NAMES)
-			writer_fail("model: more than %d names", MAX_NAMES);
-		i = (int)ns->n++;
-		snprintf(ns->v[i].s, NAME_LEN, "%s", s);
-	}
-	ns->v[i].ino = ino;
-}
-
-static void names_del(struct names *ns, const char *s)
-{
-	int i = names_find(ns, s);
-
-	if (i >= 0)
-		ns->v[i] = ns->v[--ns->n];
-}
-
-static void dir_op_add(enum dir_op_kind kind, const char *from, const char *to,
-		       int ino)
-{
-	struct dir_op *d;
-
-	if (m.ndops == MAX_DIR_OPS)
-		writer_fail("model: more than %d directory ops", MAX_DIR_OPS);
-	d = &m.dops[m.ndops++];
-	d->kind = kind;
-	snprintf(d->from, NAME_LEN, "%s", from);
-	snprintf(d->to, NAME_LEN, "%s", to ? to : "");
-	d->ino = ino;
-}
-
-/* The name of @path in the store directory, or NULL (the directory
- * itself sets *@is_dir). */
-static const char *name_in_dir(const char *path, bool *is_dir)
-{
-	*is_dir = !strcmp(path, m.dir);
-	if (strncmp(path, m.dir, m.dir_len) || path[m.dir_len] != '/' ||
-	    strchr(path + m.dir_len + 1, '/') ||
-	    strlen(path + m.dir_len + 1) >= NAME_LEN)
-		return NULL;
-	return path + m.dir_len + 1;
-}
-
-static int fd_inode(int fd)
-{
-	if (fd < 0 || fd >= MAX_FDS || m.fd_ino[fd] == -1)
-		writer_fail("model: fd %d is not a store file", fd);
-	return m.fd_ino[fd];
-}
-
-/* Counts one modelled operation; the power goes before the cut's one.
- * @seg_event: it creates or unlinks a segment. */
-static void tick(bool seg_event)
-{
-	if (seg_event && ++m.events == m.cut_event)
-		m.cut_at = m.ops + 1 + m.cut_after;
-	if (++m.ops == m.cut_at)
-		power_cut();
-}
-
-static bool is_segment(const char *name)
-{
-	uint64_t id;
-
-	return name && seg_name_parse(name, &id) == 0;
-}
-
-static uint64_t real_size(int fd)
-{
-	uint64_t size = 0;
-
-	kvs_store_io_default()->size(NULL, fd, &size);
-	return size;
-}
-
-static int m_open(void *ctx, const char *path, int flags, mode_t mode)
-{
-	bool is_dir;
-	const char *name = name_in_dir(path, &is_dir);
-	int known = name ? names_find(&m.now, name) : -1;
-	int fd, ino;
-
-	if (!name && !is_dir)
-		writer_fail("model: open outside the store: %s", path);
-	if (name && (flags & O_CREAT) && known < 0)
-		tick(is_segment(name));
-	fd = kvs_store_io_default()->open(NULL, path, flags, mode);
-	if (fd < 0)
-		return fd;
-	if (fd >= MAX_FDS)
-		writer_fail("model: fd %d too high", fd);
-	if (is_dir) {
-		m.fd_ino[fd] = FD_DIR;
-		return fd;
-	}
-	if (known < 0) {
-		ino = inode_new();
-		names_set(&m.now, name, ino);
-		dir_op_add(DIR_CREATE, name, NULL, ino);
-	} else {
-		ino = m.now.v[known].ino;
-		if (flags & O_TRUNC)
-			pending_add(ino, 0, NULL, 0);
-	}
-	m.fd_ino[fd] = ino;
-	return fd;
-}
-
-static int m_close(void *ctx, int fd)
-{
-	if (fd >= 0 && fd < MAX_FDS)
-		m.fd_ino[fd] = -1;
-	return kvs_store_io_default()->close(NULL, fd);
-}
-
-static ssize_t m_pwrite(void *ctx, int fd, const void *buf, size_t len,
-			off_t off)
-{
-	int ino = fd_inode(fd);
-	ssize_t n;
-
-	if (ino == FD_DIR)
-		writer_fail("model: write to the directory");
-	tick(false);
-	n = kvs_store_io_default()->pwrite(NULL, fd, buf, len, off);
-	if (n > 0)
-		pending_add(ino, (uint64_t)off, buf, (uint32_t)n);
-	return n;
-}
-
-static int m_fsync(void *ctx, int fd)
-{
-	int ino = fd_inode(fd);
-
-	tick(false);
-	if (ino == FD_DIR) {
-		m.durable = m.now;
-		m.ndops = 0;
-	} else {
-		inode_commit(ino);
-	}
-	/* what survives is the model's business, not the real disk's */
-	return 0;
-}
-
-/* A size change that was done (@err 0) is pending on its file. */
-static int size_changed(int fd, int err)
-{
-	if (!err)
-		pending_add(fd_inode(fd), real_size(fd), NULL, 0);
-	return err;
-}
-
-static int m_ftruncate(void *ctx, int fd, off_t len)
-{
-	fd_inode(fd);
-	tick(false);
-	return size_changed(fd,
-			    kvs_store_io_default()->ftruncate(NULL, fd, len));
-}
-
-static int m_fallocate(void *ctx, int fd, off_t len)
-{
-	fd_inode(fd);
-	tick(false);
-	return size_changed(fd,
-			    kvs_store_io_default()->fallocate(NULL, fd, len));
-}
-
-static int m_rename(void *ctx, const char *from, const char *to)
-{
-	bool d1, d2;
-	const char *a = name_in_dir(from, &d1), *b = name_in_dir(to, &d2);
-	int i, err;
-
-	if (!a || !b || (i = names_find(&m.now, a)) < 0)
-		writer_fail("model: rename %s %s", from, to);
-	tick(false);
-	err = kvs_store_io_default()->rename(NULL, from, to);
-	if (err)
-		return err;
-	names_set(&m.now, b, m.now.v[i].ino);
-	names_del(&m.now, a);
-	dir_op_add(DIR_RENAME, a, b, -1);
-	return 0;
-}
-
-static int m_unlink(void *ctx, const char *path)
-{
-	bool is_dir;
-	const char *name = name_in_dir(path, &is_dir);
-	uint64_t id;
-	int err;
-
-	if (!name)
-		writer_fail("model: unlink %s", path);
-	tick(is_segment(name));
-	err = kvs_store_io_default()->unlink(NULL, path);
-	if (err)
-		return err;
-	names_del(&m.now, name);
-	dir_op_add(DIR_UNLINK, name, NULL, -1);
-	if (seg_name_parse(name, &id) == 0 && w.nunlinked < MAX_UNLINKED)
-		w.unlinked[w.nunlinked++] = id;
-	return 0;
-}
-
-/* Requests run at once: a read for real, a write through the model. */
-static int m_start(void *ctx, struct kvs_store_ring *ring,
-		   struct kvs_store_io_req *req)
-{
-	if (req->op == KVS_STORE_IO_READ)
-		req->res = (int32_t)kvs_store_io_default()->pread(
-			NULL, req->fd, req->buf, req->len, (off_t)req->off);
-	else
-		req->res = (int32_t)m_pwrite(ctx, req->fd, req->buf, req->len,
-					     (off_t)req->off);
-	req->done = true;
-	return 0;
-}
-
-static int m_complete(void *ctx, struct kvs_store_ring *ring, unsigned min)
-{
-	return 0; /* every request finished in m_start */
-}
-
-static const struct kvs_store_io_ops model_ops = {
-	.open = m_open,
-	.close = m_close,
-	.pwrite = m_pwrite,
-	.fsync = m_fsync,
-	.fdatasync = m_fsync,
-	.ftruncate = m_ftruncate,
-	.fallocate = m_fallocate,
-	.rename = m_rename,
-	.unlink = m_unlink,
-	.start = m_start,
-	.complete = m_complete,
-};
-
-static uint8_t *slurp(const char *path, uint64_t *len)
-{
-	struct stat st;
-	uint8_t *buf;
-	int fd = open(path, O_RDONLY);
-
-	if (fd < 0 || fstat(fd, &st))
-		writer_fail("model: read %s: %s", path, strerror(errno));
-	buf = malloc(st.st_size ? (size_t)st.st_size : 1);
-	if (!buf || pread(fd, buf, (size_t)st.st_size, 0) != st.st_size)
-		writer_fail("model: read %s", path);
-	close(fd);
-	*len = (uint64_t)st.st_size;
-	return buf;
-}
-
-/* Everything already in @dir is durable (the checker left it synced).
- * The cut comes at a random op (about 1.5 per call: mostly inside the
- * stream, now and then after its end) or, one time in three, within a
- * few ops of a segment creation or unlink (a roll, a reclaim and its
- * carries), where most can go wrong. */
-static void model_init(const char *dir, uint64_t seed)
-{
-	struct dirent *de;
-	DIR *d = opendir(dir);
-	char path[4200];
-
-	memset(&m, 0, sizeof(m));
-	snprintf(m.dir, sizeof(m.dir), "%s", dir);
-	m.dir_len = strlen(m.dir);
-	memset(m.fd_ino, 0xff, sizeof(m.fd_ino));
-	m.rng = seed;
-	if (test_rand(&m.rng) % 3) {
-		m.cut_at = 1 + test_rand(&m.rng) % (MAX_CALLS * 3 / 2);
-	} else {
-		m.cut_event = 1 + test_rand(&m.rng) % 8;
-		m.cut_after = test_rand(&m.rng) % 12;
-	}
-	if (!d)
-		writer_fail("model: opendir %s", dir);
-	while ((de = readdir(d))) {
-		int ino;
-
-		if (de->d_name[0] == '.')
-			continue;
-		ino = inode_new();
-		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-		m.ino[ino].bytes = slurp(path, &m.ino[ino].len);
-		m.ino[ino].cap = m.ino[ino].len;
-		names_set(&m.now, de->d_name, ino);
-	}
-	closedir(d);
-	m.durable = m.now;
-}
-
-/* ---- the power cut -------------------------------------------------- */
-
-static void region_add(const char *name, uint64_t off, uint64_t len)
-{
-	uint64_t id;
-
-	if (!len || seg_name_parse(name, &id) || sh->nregions == MAX_REGIONS)
-		return;
-	sh->regions[sh->nregions++] =
-		(struct region){ .seg = id, .off = off, .len = len };
-}
-
-/* The file behind @ino as the power cut leaves it, written to @path. */
-static void write_after_cut(const char *path, const char *name, int ino)
-{
-	struct inode *f = &m.ino[ino];
-	uint64_t len = 0, cap = 0;
-	uint8_t *img = NULL;
-	int fd;
-
-	image_write(&img, &len, &cap, 0, f->bytes, f->len);
-	/* a file created without its header durable yet: missing or
-	 * short, that header is explained */
-	if (f->len < SEG_HEADER_SIZE)
-		region_add(name, 0, SEG_HEADER_SIZE);
-	for (size_t i = 0; i < f->nops; i++) {
-		const struct pending_op *op = &f->ops[i];
-		unsigned fate = (unsigned)(test_rand(&m.rng) % 3);
-
-		region_add(name, op->off, op->len);
-		if (!op->len) {
-			if (fate)
-				image_resize(&img, &len, &cap, op->off);
-			continue;
-		}
-		if (fate == 0) { /* fully applied */
-			image_write(&img, &len, &cap, op->off, op->data,
-				    op->len);
-			continue;
-		}
-		if (fate == 1) /* dropped */
-			continue;
-		/* torn: each sector new or old */
-		for (uint64_t p = op->off; p < op->off + op->len;) {
-			uint64_t next = (p / SECTOR + 1) * SECTOR;
-
-			if (next > op->off + op->len)
-				next = op->off + op->len;
-			if (test_rand(&m.rng) & 1)
-				image_write(&img, &len, &cap, p,
-					    op->data + (p - op->off), next - p);
-			p = next;
-		}
-	}
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (fd < 0 || (len && pwrite(fd, img, len, 0) != (ssize_t)len))
-		writer_fail("model: rewrite %s", path);
-	close(fd);
-	free(img);
-}
-
 static bool was_unlinked(uint64_t seg)
 {
 	for (size_t i = 0; i < w.nunlinked; i++)
@@ -706,17 +185,12 @@ static bool was_unlinked(uint64_t seg)
 	return false;
 }
 
-static void power_cut(void)
+/* The power goes: what must survive is the acknowledged records still
+ * held at the last return to the writer, less those the call under way
+ * may legitimately have dropped (reclaimed, or replaced by another
+ * version of the key). */
+static void on_cut(uint64_t ops)
 {
-	struct names after = m.durable;
-	struct dirent *de;
-	char path[4200];
-	DIR *d;
-
-	/* what must survive: the acknowledged records still held at the
-	 * last return to the writer, less those the call under way may
-	 * legitimately have dropped (reclaimed, or replaced by another
-	 * version of the key) */
 	for (int k = 0; k < NKEYS; k++) {
 		if (!sh->want[k])
 			continue;
@@ -724,35 +198,33 @@ static void power_cut(void)
 		    (w.in_call[k] && w.in_call[k] != sh->want[k]))
 			sh->want[k] = 0;
 	}
-	sh->ops = m.ops;
-	for (size_t i = 0; i < m.ndops; i++) {
-		const struct dir_op *op = &m.dops[i];
-		int at;
-
-		if (test_rand(&m.rng) & 1)
-			continue; /* this one never reached the disk */
-		if (op->kind == DIR_CREATE) {
-			names_set(&after, op->from, op->ino);
-		} else if (op->kind == DIR_UNLINK) {
-			names_del(&after, op->from);
-		} else if ((at = names_find(&after, op->from)) >= 0) {
-			names_set(&after, op->to, after.v[at].ino);
-			names_del(&after, op->from);
-		}
-	}
-	d = opendir(m.dir);
-	if (!d)
-		writer_fail("model: opendir %s", m.dir);
-	while ((de = readdir(d)))
-		if (de->d_name[0] != '.')
-			unlinkat(dirfd(d), de->d_name, 0);
-	closedir(d);
-	for (size_t i = 0; i < after.n; i++) {
-		snprintf(path, sizeof(path), "%s/%s", m.dir, after.v[i].s);
-		write_after_cut(path, after.v[i].s, after.v[i].ino);
-	}
-	_exit(0);
+	sh->ops = ops;
 }
+
+static void on_unlinked(uint64_t seg)
+{
+	if (w.nunlinked < MAX_UNLINKED)
+		w.unlinked[w.nunlinked++] = seg;
+}
+
+static void on_pending(uint64_t seg, uint64_t off, uint64_t len)
+{
+	if (sh->nregions < MAX_REGIONS)
+		sh->regions[sh->nregions++] =
+			(struct region){ .seg = seg, .off = off, .len = len };
+}
+
+static void on_fail(const char *msg)
+{
+	writer_fail("%s", msg);
+}
+
+static const struct vcache_hooks hooks = {
+	.die = on_fail,
+	.cut = on_cut,
+	.unlinked = on_unlinked,
+	.pending = on_pending,
+};
 
 /* ---- the writer ----------------------------------------------------- */
 
@@ -850,13 +322,15 @@ static void sync_call(void)
 
 static __attribute__((noreturn)) void writer(const char *dir, uint64_t seed)
 {
-	struct kvs_store_io_ops ops = model_ops;
+	struct kvs_store_io_ops ops = vcache_ops;
 	struct kvs_store_opts o;
 	uint64_t rng = seed * 31 + 5;
 	bool dram;
 	int err;
 
-	model_init(dir, seed ^ 0x5eed);
+	/* about 1.5 modelled ops a call: mostly inside the stream, now and
+	 * then after its end */
+	vcache_start(dir, seed ^ 0x5eed, MAX_CALLS * 3 / 2, &hooks);
 	memset(&w, 0, sizeof(w));
 	for (int k = 0; k < NKEYS; k++)
 		w.last_ver[k] = sh->want[k] ? sh->want[k] - 1 : -1;
@@ -895,7 +369,7 @@ static __attribute__((noreturn)) void writer(const char *dir, uint64_t seed)
 		else
 			sync_call();
 	}
-	power_cut(); /* the stream ended first: the power goes now */
+	vcache_cut(); /* the stream ended first: the power goes now */
 }
 
 /* ---- the checker ---------------------------------------------------- */
