@@ -2,26 +2,30 @@
  * attention.cu - fused decode attention over paged 2-bit history plus
  * full-precision residuals, for a batch of sequences of different lengths.
  *
- * Grid: x = split (fast splits, then generic splits), y = (KV head, group
- * of up to 4 query heads), z = sequence.  Each CTA produces, for each of its
- * query heads, an unnormalised partial (acc[D], running max m, sum l) in the
- * log2 domain; attn_merge_kernel combines the splits by log-sum-exp into
- * one global softmax per (sequence, query head).
+ * 1-D grid of CTAs over units (sequence, KV head, group of up to 4 query
+ * heads) x splits.  Each CTA produces, for each of its query heads, an
+ * unnormalised partial (acc[D], reference max m, sum l) in the log2 domain;
+ * attn_merge_kernel combines the splits by log-sum-exp into one global
+ * softmax per (sequence, query head).
  *
  * Fast CTAs (D=128, b=2, G=32, fp16 metadata) cover whole 32-token tiles
  * that are history for both Keys and Values.  Each warp streams its tiles
  * (3 KB: codes and metadata of K and V) through a 3-stage cp.async ring and
- * computes on tensor cores, never widening codes beyond registers:
- *   Key:   s[t,j] = sum_d q[j,d] o[d] + sum_d (q[j,d] step[d]) c[t,d]; the
- *          second sum is an m16n8k16 bf16 MMA with M = 16 tokens, N = 8
- *          columns = 4 heads x (hi, lo) halves of q*step (two bf16 terms
- *          hold 16 significant bits), K = 16 channels.
- *   Value: out[j,d] += sum_t (p[t,j] step[t,grp]) c[t,d] + sum_t p[t,j]
- *          o[t,grp]; an m16n8k16 fp16 MMA with M = 16 rows = 4 heads x 4
- *          channel groups, N = 8 channels, K = 16 tokens (rows whose group
- *          differs from the column's are computed and dropped).
- * Codes become MMA operands with mask-and-or magic numbers (128 + m*c in
- * bf16, 1024 + m*c in fp16) and one exact fma per pair.
+ * computes on tensor cores (mma.sync m16n8k16), never widening codes beyond
+ * registers:
+ *   Key:   s[t,j] = sum_d q[j,d] o[d] + sum_d (q[j,d] step[d]) c[t,d].  The
+ *          warp builds B = q * step (4 heads x hi/lo bf16 halves, 16
+ *          significant bits) in shared memory once per tile (a tile is one
+ *          Key group); A is the codes, masked in place.
+ *   Value: out[j,d] += sum_t (p[t,j] step[t,g]) c[t,d] + sum_t p[t,j]
+ *          o[t,g]; A = p * step and p * origin (fp16, rows 4 heads x 4
+ *          channel groups, built in shared memory, read with ldmatrix),
+ *          B = the codes; rows whose group is not the column's are computed
+ *          and dropped.
+ * Where the tensor cores take subnormal operands exactly (probed once), a
+ * code operand is one AND: the pair of subnormals c * 4^k * 2^-133 (bf16) or
+ * 2^-24 (fp16), whose scale the other operand or the output undoes;
+ * otherwise a magic-number bias and one fma give the exact code.
  *
  * Generic CTAs handle everything else (the residual tail, partial tiles,
  * other formats): they stage 32 tokens of K and V as fp32 in shared memory,
@@ -38,8 +42,13 @@
 #define STAGES 3
 #define TILE_BYTES 3072
 #define FAST_D 128
-/* per-warp shared memory: stages, p[32][4], alpha[4] */
-#define WARP_SMEM (STAGES * TILE_BYTES + TILE * HPC * 4 + 16)
+#define KB_PITCH 272      /* bytes per row of the Key B matrix (8 rows) */
+#define VA_PITCH 48       /* bytes per token row of the Value A matrices */
+/* the Key B matrix, then in the same place the two Value A matrices */
+#define SCRATCH_BYTES (2 * TILE * VA_PITCH)
+/* per-warp shared memory: stages, scratch, p[32][4] */
+#define WARP_SMEM (STAGES * TILE_BYTES + SCRATCH_BYTES + TILE * HPC * 4)
+#define QK_FLOATS (HPC * 8 * 20)
 /* tile byte offsets inside a stage */
 #define T_KC 0
 #define T_KO 1024
@@ -206,7 +215,9 @@ static __device__ __forceinline__ float warp_sum(float x)
 static __device__ void generic_cta(const attn_params &p, int split, int h,
 				   int sub, int b, float *smem)
 {
-	const int D = p.D, pitch = D + 1, tid = threadIdx.x;
+	/* rows of D + 4 floats: 16-byte aligned for float4 loads, and token
+	 * rows 4 banks apart */
+	const int D = p.D, pitch = D + 4, tid = threadIdx.x;
 	const int hq0 = h * p.gq + sub * HPC, nh = min(HPC, p.gq - sub * HPC);
 	const kvs_cuda_seq sq = p.seqs[b];
 	const int T = sq.k_quant_len + sq.k_resid_len;
@@ -269,12 +280,21 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 			float s = -INFINITY;
 
 			if (t < n && j < nh) {
-				const float *qr = qs + j * D;
-				const float *kr = kt + t * pitch;
+				const float4 *qr = reinterpret_cast<const float4 *>(
+					qs + j * D);
+				const float4 *kr = reinterpret_cast<const float4 *>(
+					kt + t * pitch);
+				float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
-				s = 0.0f;
-				for (int d = 0; d < D; d++)
-					s = fmaf(qr[d], kr[d], s);
+				for (int d = 0; d < D / 4; d++) {
+					const float4 x = qr[d], y = kr[d];
+
+					a.x = fmaf(x.x, y.x, a.x);
+					a.y = fmaf(x.y, y.y, a.y);
+					a.z = fmaf(x.z, y.z, a.z);
+					a.w = fmaf(x.w, y.w, a.w);
+				}
+				s = (a.x + a.y) + (a.z + a.w);
 			}
 			ss[j * TILE + t] = s;
 		}
@@ -296,15 +316,26 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 			}
 		}
 		__syncthreads();
-		for (int e = tid; e < HPC * D; e += blockDim.x) {
-			int j = e / D, d = e % D;
-			float a = acc[e] * as[j];
+		for (int e = tid; e < HPC * D / 4; e += blockDim.x) {
+			const int j = e / (D / 4), d = e % (D / 4) * 4;
+			const float al = as[j], *pr = ss + j * TILE;
+			float4 a = reinterpret_cast<float4 *>(acc)[e];
 
-			const float *pr = ss + j * TILE, *vc = vt + d;
+			a.x *= al;
+			a.y *= al;
+			a.z *= al;
+			a.w *= al;
+			for (int t = 0; t < n; t++) {
+				const float4 v = *reinterpret_cast<const float4 *>(
+					vt + t * pitch + d);
+				const float w = pr[t];
 
-			for (int t = 0; t < n; t++)
-				a = fmaf(pr[t], vc[t * pitch], a);
-			acc[e] = a;
+				a.x = fmaf(w, v.x, a.x);
+				a.y = fmaf(w, v.y, a.y);
+				a.z = fmaf(w, v.z, a.z);
+				a.w = fmaf(w, v.w, a.w);
+			}
+			reinterpret_cast<float4 *>(acc)[e] = a;
 		}
 	}
 	__syncthreads();
@@ -334,7 +365,7 @@ static __device__ __forceinline__ void cp_commit(void)
 template <int N>
 static __device__ __forceinline__ void cp_wait(void)
 {
-	asm volatile("cp.async.wait_group %0;\n" :: "n"(N));
+	asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
 }
 
 static __device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0,
@@ -359,45 +390,60 @@ static __device__ __forceinline__ void mma_f16(float c[4], uint32_t a0,
 	    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+/* Four 8x8 matrices of 16-bit elements from shared memory (lane L gives
+ * the address of row L % 8 of matrix L / 8); TRANS delivers them
+ * transposed. */
+#define LDSM4(op) asm volatile(op " {%0,%1,%2,%3}, [%4];\n"		\
+			       : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]),	\
+				 "=r"(r[3]) : "r"(s) : "memory")
+
+template <bool TRANS>
+static __device__ __forceinline__ void ldsm4(uint32_t r[4], const void *p)
+{
+	uint32_t s = (uint32_t)__cvta_generic_to_shared(p);
+
+	if (TRANS)
+		LDSM4("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16");
+	else
+		LDSM4("ldmatrix.sync.aligned.m8n8.x4.shared.b16");
+}
+
 /*
- * Codes i and i+8 of a 32-bit word of 16 packed 2-bit codes (bits 2i and
- * 16+2i) as a bf16x2 pair (c_i, c_{i+8}): masked into 128 + 4^k c, then
- * one exact fma by (4^-k, -128 * 4^-k).
+ * The codes at position @pos (0..7) of both 16-bit halves of a word of 16
+ * packed codes (@w8 = @w >> 8 holds positions 4..7 at 0..3), as an MMA
+ * operand pair (low half first).  SUB: masked in place, nothing else: the
+ * pair of subnormals c * 4^(pos % 4) times the smallest subnormal of the
+ * type (2^-133 in bf16, 2^-24 in fp16), which the caller's scales undo.
+ * Otherwise the exact value c through a magic-number bias and one fma.
  */
-static __device__ __forceinline__ uint32_t pair_bf16(uint32_t w, int i)
+template <bool SUB, bool BF16>
+static __device__ __forceinline__ uint32_t code_pair(uint32_t w, uint32_t w8,
+						     int pos)
 {
-	const int sh = i < 3 ? 0 : (i < 6 ? 6 : 12);
-	const int k = i - (i < 3 ? 0 : (i < 6 ? 3 : 6));
-	const uint32_t scale = k == 0 ? 0x3F803F80u :
-			       (k == 1 ? 0x3E803E80u : 0x3D803D80u);
-	const uint32_t offset = k == 0 ? 0xC300C300u :
-				(k == 1 ? 0xC200C200u : 0xC100C100u);
-	uint32_t x = ((w >> sh) & (0x00030003u << (2 * k))) | 0x43004300u;
+	const uint32_t x = pos < 4 ? w : w8;
+	const int k = pos & 3;
+
+	if (SUB)
+		return x & (0x00030003u << (2 * k));
+	uint32_t y = ((x >> (2 * k)) & 0x00030003u) |
+		     (BF16 ? 0x43004300u : 0x64006400u);
 	uint32_t r;
 
-	asm("fma.rn.bf16x2 %0, %1, %2, %3;\n"
-	    : "=r"(r) : "r"(x), "r"(scale), "r"(offset));
+	if (BF16)
+		asm("fma.rn.bf16x2 %0, %1, %2, %3;\n"
+		    : "=r"(r) : "r"(y), "r"(0x3F803F80u), "r"(0xC300C300u));
+	else
+		asm("fma.rn.f16x2 %0, %1, %2, %3;\n"
+		    : "=r"(r) : "r"(y), "r"(0x3C003C00u), "r"(0xE400E400u));
 	return r;
 }
 
-/* Same in fp16 with 1024 + 4^k c (k up to 4). */
-static __device__ __forceinline__ uint32_t pair_f16(uint32_t w, int i)
-{
-	const int sh = i < 5 ? 0 : 10;
-	const int k = i < 5 ? i : i - 5;
-	const uint32_t scale = k == 0 ? 0x3C003C00u : k == 1 ? 0x34003400u :
-			       k == 2 ? 0x2C002C00u : k == 3 ? 0x24002400u :
-			       0x1C001C00u;
-	const uint32_t offset = k == 0 ? 0xE400E400u : k == 1 ? 0xDC00DC00u :
-				k == 2 ? 0xD400D400u : k == 3 ? 0xCC00CC00u :
-				0xC400C400u;
-	uint32_t x = ((w >> sh) & (0x00030003u << (2 * k))) | 0x64006400u;
-	uint32_t r;
+/* Key operands in SUB mode: B carries 2^KEY_EXP / 4^k, A 4^k 2^-133, so the
+ * MMA sums are the logits times 2^(KEY_EXP - 133); Values: codes 4^k 2^-24. */
+#define KEY_EXP 100
 
-	asm("fma.rn.f16x2 %0, %1, %2, %3;\n"
-	    : "=r"(r) : "r"(x), "r"(scale), "r"(offset));
-	return r;
-}
+/* log2 units of headroom the running reference keeps above the max */
+#define LAZY_HEADROOM 2.0f
 
 static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
 {
@@ -413,131 +459,229 @@ static __device__ __forceinline__ uint32_t pack_f16(float lo, float hi)
 	return *reinterpret_cast<uint32_t *>(&v);
 }
 
-/* Issues the cp.async copies of one tile (3 KB, 6 x 16 B per lane). */
-static __device__ void issue_tile(const attn_params &p, int h, int tile,
-				  const int32_t *pages, int first_page,
-				  uint8_t *stage, int lane)
+static __device__ __forceinline__ float2 h2f(uint32_t x)
 {
-	const int tok = tile * TILE, tt0 = tok % p.S, g = tt0 / TILE;
-	const uint8_t *pg = p.pool + (uint64_t)pages[tok / p.S - first_page] *
-			    p.page_stride;
-	const uint8_t *kc = pg + p.lay.off[KVS_SEC_KEY_CODES] +
-			    ((size_t)h * p.S + tt0) * 32;
-	const uint8_t *vc = pg + p.lay.off[KVS_SEC_VAL_CODES] +
-			    ((size_t)h * p.S + tt0) * 32;
-	size_t km = ((size_t)h * (p.S / TILE) + g) * FAST_D * 2;
-	size_t vm = ((size_t)h * p.S + tt0) * 4 * 2;
-	int half = lane & 15;
+	return __half22float2(*reinterpret_cast<const __half2 *>(&x));
+}
 
-	cp_async16(stage + T_KC + 16 * lane, kc + 16 * lane);
-	cp_async16(stage + T_KC + 512 + 16 * lane, kc + 512 + 16 * lane);
-	cp_async16(stage + T_VC + 16 * lane, vc + 16 * lane);
-	cp_async16(stage + T_VC + 512 + 16 * lane, vc + 512 + 16 * lane);
-	if (lane < 16) {
-		cp_async16(stage + T_KO + 16 * half,
-			   pg + p.lay.off[KVS_SEC_KEY_ORIGIN] + km + 16 * half);
-		cp_async16(stage + T_VO + 16 * half,
-			   pg + p.lay.off[KVS_SEC_VAL_ORIGIN] + vm + 16 * half);
-	} else {
-		cp_async16(stage + T_KS + 16 * half,
-			   pg + p.lay.off[KVS_SEC_KEY_STEP] + km + 16 * half);
-		cp_async16(stage + T_VS + 16 * half,
-			   pg + p.lay.off[KVS_SEC_VAL_STEP] + vm + 16 * half);
+/*
+ * Where a warp's next tile is: its page's slot in the CTA's page list and
+ * its first token inside the page, plus this lane's byte offsets of the
+ * tile's pieces inside a page for in-page token 0 (each grows by 32 or 8
+ * bytes per token).  A warp's tiles are WARPS * TILE tokens apart, so the
+ * cursor only adds, never divides.
+ */
+struct tile_cursor {
+	int slot, tt0;
+	uint32_t kc, km, vc, vm;        /* lane's source offsets */
+	uint32_t d_kc, d_m;             /* lane's stage offsets */
+};
+
+static __device__ __forceinline__ void cursor_init(tile_cursor &c,
+						   const attn_params &p, int h,
+						   int tile, int first_page,
+						   int lane)
+{
+	const int tok = tile * TILE, half = lane & 15;
+	const bool step = lane >= 16;   /* lanes 16..31 copy the steps */
+
+	c.slot = tok / p.S - first_page;
+	c.tt0 = tok % p.S;
+	c.kc = p.lay.off[KVS_SEC_KEY_CODES] + (uint32_t)h * p.S * 32 +
+	       16 * lane;
+	c.vc = p.lay.off[KVS_SEC_VAL_CODES] + (uint32_t)h * p.S * 32 +
+	       16 * lane;
+	c.km = p.lay.off[step ? KVS_SEC_KEY_STEP : KVS_SEC_KEY_ORIGIN] +
+	       (uint32_t)h * (p.S / TILE) * FAST_D * 2 + 16 * half;
+	c.vm = p.lay.off[step ? KVS_SEC_VAL_STEP : KVS_SEC_VAL_ORIGIN] +
+	       (uint32_t)h * p.S * 8 + 16 * half;
+	c.d_kc = 16 * lane;
+	c.d_m = (step ? T_KS - T_KO : 0) + 16 * half;
+}
+
+static __device__ __forceinline__ void cursor_next(tile_cursor &c,
+						   const attn_params &p)
+{
+	c.tt0 += WARPS * TILE;
+	while (c.tt0 >= p.S) {
+		c.tt0 -= p.S;
+		c.slot++;
 	}
+}
+
+/* Issues the cp.async copies of one tile (3 KB, 6 x 16 B per lane). */
+static __device__ __forceinline__ void issue_tile(const attn_params &p,
+						  const tile_cursor &c,
+						  const int32_t *pages,
+						  uint8_t *stage)
+{
+	const uint8_t *pg = p.pool + (uint64_t)pages[c.slot] * p.page_stride;
+	const uint32_t t32 = (uint32_t)c.tt0 * 32, t8 = (uint32_t)c.tt0 * 8;
+
+	cp_async16(stage + T_KC + c.d_kc, pg + c.kc + t32);
+	cp_async16(stage + T_KC + 512 + c.d_kc, pg + c.kc + t32 + 512);
+	cp_async16(stage + T_VC + c.d_kc, pg + c.vc + t32);
+	cp_async16(stage + T_VC + 512 + c.d_kc, pg + c.vc + t32 + 512);
+	/* Key metadata: one 256-byte row per 32-token group (t8 = g * 256) */
+	cp_async16(stage + T_KO + c.d_m, pg + c.km + t8);
+	cp_async16(stage + T_VO + c.d_m, pg + c.vm + t8);
 }
 
 struct fast_state {
 	float acc[16][4];       /* value MMA accumulators */
-	float acc_o[2];         /* sum p*origin, rows (j,grp0), (j,grp0+2) */
+	float acc_o[4];         /* sum p*origin, rows (j,g), (j,g+2) */
 	float m, l;             /* running max, lane-partial sum; head ti */
 };
 
-/* One 32-token tile from a stage: logits, online softmax, value update. */
-static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
-						 const float *qreg,
-						 float *p_s, float *alpha_s,
-						 fast_state &st, int lane)
+/*
+ * Key B operand of one tile, built by the warp together: lane (h, w)
+ * multiplies the 16 channels 16w .. 16w+15 of head h by their steps and
+ * writes hi/lo halves into rows 2h/2h+1 of the matrix @kb, in the K order
+ * of the A side (channel 16w + 8e + s at k = 16s + 8(w&1) + 2(w>>1) + e).
+ * Returns the head's origin dot sum_d q[d] o[d] (log2 units), summed over
+ * the head's eight lanes.
+ */
+template <bool SUB>
+static __device__ __forceinline__ float key_operand(const uint8_t *sg,
+						    const float *qk_s,
+						    uint8_t *kb, int lane)
 {
-	const int gi = lane >> 2, ti = lane & 3, part = gi & 1;
-	float a_part = 0.0f;
-	uint32_t breg[8][2];
+	const int h = lane >> 3, w = lane & 7;
+	const float4 *qv = reinterpret_cast<const float4 *>(qk_s +
+							   (h * 8 + w) * 20);
+	const uint4 *sv = reinterpret_cast<const uint4 *>(sg + T_KS + 32 * w);
+	const uint4 *ov = reinterpret_cast<const uint4 *>(sg + T_KO + 32 * w);
+	float q[16], x[16], ao[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 
-	/* Key metadata: origin dot for head gi>>1, scaled q halves for B.
-	 * q*step = hi + lo with hi its top 16 bits (a bf16, truncated) and lo
-	 * the exact rest rounded to bf16: 16 significant bits in all. */
-	const uint4 *ko = reinterpret_cast<const uint4 *>(sg + T_KO + 64 * ti);
-	const uint4 *ks = reinterpret_cast<const uint4 *>(sg + T_KS + 64 * ti);
-	float stp[32];
 #pragma unroll
-	for (int v = 0; v < 4; v++) {
-		uint4 o4 = ko[v], s4 = ks[v];
-		const uint32_t ow[4] = { o4.x, o4.y, o4.z, o4.w };
+	for (int i = 0; i < 4; i++) {
+		float4 t = qv[i];
+
+		q[4 * i] = t.x; q[4 * i + 1] = t.y;
+		q[4 * i + 2] = t.z; q[4 * i + 3] = t.w;
+	}
+#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		const uint4 s4 = sv[i], o4 = ov[i];
 		const uint32_t sw[4] = { s4.x, s4.y, s4.z, s4.w };
+		const uint32_t ow[4] = { o4.x, o4.y, o4.z, o4.w };
 #pragma unroll
 		for (int e = 0; e < 4; e++) {
-			float2 of = __half22float2(
-				*reinterpret_cast<const __half2 *>(&ow[e]));
-			float2 sf = __half22float2(
-				*reinterpret_cast<const __half2 *>(&sw[e]));
-			int c = 8 * v + 2 * e;
+			const int c = 8 * i + 2 * e;
+			const float2 sf = h2f(sw[e]), of = h2f(ow[e]);
 
-			a_part = fmaf(qreg[c], of.x, a_part);
-			a_part = fmaf(qreg[c + 1], of.y, a_part);
-			stp[c] = sf.x;
-			stp[c + 1] = sf.y;
+			x[c] = q[c] * sf.x;
+			x[c + 1] = q[c + 1] * sf.y;
+			ao[c & 3] = fmaf(q[c], of.x, ao[c & 3]);
+			ao[(c + 1) & 3] = fmaf(q[c + 1], of.y, ao[(c + 1) & 3]);
 		}
 	}
+	const int word = 4 * (w & 1) + (w >> 1);
+	uint32_t *hi_row = reinterpret_cast<uint32_t *>(kb + 2 * h * KB_PITCH);
+	uint32_t *lo_row = reinterpret_cast<uint32_t *>(kb + (2 * h + 1) *
+							KB_PITCH);
 #pragma unroll
 	for (int s = 0; s < 8; s++) {
-#pragma unroll
-		for (int r = 0; r < 2; r++) {
-			int q = 2 * s + r, cl = 16 * (q >> 3) + (q & 7);
-			int ch = cl + 8;
-			float xl = qreg[cl] * stp[cl], xh = qreg[ch] * stp[ch];
-			uint32_t bl = __float_as_uint(xl);
-			uint32_t bh = __float_as_uint(xh);
-			uint32_t hi = __byte_perm(bl, bh, 0x7632);
-			uint32_t lo = pack_bf16(
-				xl - __uint_as_float(bl & 0xffff0000u),
-				xh - __uint_as_float(bh & 0xffff0000u));
+		const uint32_t b0 = __float_as_uint(x[s]);
+		const uint32_t b1 = __float_as_uint(x[8 + s]);
 
-			breg[s][r] = part ? lo : hi;
-		}
+		hi_row[8 * s + word] = __byte_perm(b0, b1, 0x7632);
+		lo_row[8 * s + word] = pack_bf16(
+			x[s] - __uint_as_float(b0 & 0xffff0000u),
+			x[8 + s] - __uint_as_float(b1 & 0xffff0000u));
 	}
-	a_part += __shfl_xor_sync(0xffffffffu, a_part, 1);
-	a_part += __shfl_xor_sync(0xffffffffu, a_part, 2);
-	const float a_j = __shfl_sync(0xffffffffu, a_part, (2 * ti) << 2);
+	/* q carries 2^(KEY_EXP - 2k) for channels d with d % 4 == k */
+	float a = SUB ? ao[0] * 0x1p-100f + ao[1] * 0x1p-98f +
+			ao[2] * 0x1p-96f + ao[3] * 0x1p-94f :
+			(ao[0] + ao[1]) + (ao[2] + ao[3]);
+	a += __shfl_xor_sync(0xffffffffu, a, 1);
+	a += __shfl_xor_sync(0xffffffffu, a, 2);
+	a += __shfl_xor_sync(0xffffffffu, a, 4);
+	return a;
+}
 
-	/* Key MMA: rows gi, gi+8 of two 16-token blocks, chains interleaved */
+/*
+ * Value A operands of one tile: lane t writes row t of p*step and p*origin,
+ * [token][m = 4 g + j] in fp16, 48-byte rows (conflict-free for ldmatrix).
+ */
+static __device__ __forceinline__ void value_operand(const uint8_t *sg,
+						     const float *p_s,
+						     uint8_t *va, int lane)
+{
+	const float4 pj = reinterpret_cast<const float4 *>(p_s)[lane];
+	const uint2 vo = *reinterpret_cast<const uint2 *>(sg + T_VO + 8 * lane);
+	const uint2 vs = *reinterpret_cast<const uint2 *>(sg + T_VS + 8 * lane);
+	const float2 s01 = h2f(vs.x), s23 = h2f(vs.y);
+	const float2 o01 = h2f(vo.x), o23 = h2f(vo.y);
+	const float sg4[4] = { s01.x, s01.y, s23.x, s23.y };
+	const float og4[4] = { o01.x, o01.y, o23.x, o23.y };
+	uint32_t ps[8], po[8];
+
+#pragma unroll
+	for (int g = 0; g < 4; g++) {
+		ps[2 * g] = pack_f16(pj.x * sg4[g], pj.y * sg4[g]);
+		ps[2 * g + 1] = pack_f16(pj.z * sg4[g], pj.w * sg4[g]);
+		po[2 * g] = pack_f16(pj.x * og4[g], pj.y * og4[g]);
+		po[2 * g + 1] = pack_f16(pj.z * og4[g], pj.w * og4[g]);
+	}
+	uint4 *rs = reinterpret_cast<uint4 *>(va + VA_PITCH * lane);
+	uint4 *ro = reinterpret_cast<uint4 *>(va + TILE * VA_PITCH +
+					      VA_PITCH * lane);
+	rs[0] = make_uint4(ps[0], ps[1], ps[2], ps[3]);
+	rs[1] = make_uint4(ps[4], ps[5], ps[6], ps[7]);
+	ro[0] = make_uint4(po[0], po[1], po[2], po[3]);
+	ro[1] = make_uint4(po[4], po[5], po[6], po[7]);
+}
+
+/* One 32-token tile from a stage: logits, online softmax, value update. */
+template <bool SUB>
+static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
+						 const float *qk_s,
+						 uint8_t *scratch, float *p_s,
+						 fast_state &st, int lane)
+{
+	const int gi = lane >> 2, ti = lane & 3;
+
+	/* Key: B operand through shared memory, A from the codes */
+	const float a_h = key_operand<SUB>(sg, qk_s, scratch, lane);
+	const float a_j = __shfl_sync(0xffffffffu, a_h, 8 * ti);
+	__syncwarp();
+	/* per 16-token M-block, two accumulator chains (parity of s) of four
+	 * MMAs each; the B fragments are read again for the second block
+	 * rather than held in registers */
+	const uint8_t *brow = scratch + (lane & 7) * KB_PITCH +
+			      16 * (lane >> 3);
+	const float ls = SUB ? 0x1p33f : 1.0f;
 	float logit[4];
-	{
-		uint2 r[4];
+#pragma unroll
+	for (int mb = 0; mb < 2; mb++) {
+		const uint2 w0 = *reinterpret_cast<const uint2 *>(
+			sg + T_KC + (gi + 16 * mb) * 32 + 8 * ti);
+		const uint2 w1 = *reinterpret_cast<const uint2 *>(
+			sg + T_KC + (gi + 8 + 16 * mb) * 32 + 8 * ti);
 		float c[2][4] = { { 0.0f, 0.0f, 0.0f, 0.0f },
 				  { 0.0f, 0.0f, 0.0f, 0.0f } };
 #pragma unroll
-		for (int k = 0; k < 4; k++)
-			r[k] = *reinterpret_cast<const uint2 *>(
-				sg + T_KC + (gi + 8 * k) * 32 + 8 * ti);
-#pragma unroll
-		for (int s = 0; s < 8; s++) {
-			int i0 = (2 * s) & 7, i1 = (2 * s + 1) & 7;
-#pragma unroll
-			for (int mb = 0; mb < 2; mb++) {
-				uint32_t w0 = s < 4 ? r[2 * mb].x : r[2 * mb].y;
-				uint32_t w1 = s < 4 ? r[2 * mb + 1].x :
-						      r[2 * mb + 1].y;
+		for (int pr = 0; pr < 4; pr++) {
+			uint32_t b[4];
 
-				mma_bf16(c[mb], pair_bf16(w0, i0),
-					 pair_bf16(w1, i0), pair_bf16(w0, i1),
-					 pair_bf16(w1, i1), breg[s][0],
-					 breg[s][1]);
+			ldsm4<false>(b, brow + 64 * pr);
+#pragma unroll
+			for (int hs = 0; hs < 2; hs++) {
+				const int s = 2 * pr + hs;
+
+				mma_bf16(c[hs],
+					 code_pair<SUB, true>(w0.x, w0.x >> 8, s),
+					 code_pair<SUB, true>(w1.x, w1.x >> 8, s),
+					 code_pair<SUB, true>(w0.y, w0.y >> 8, s),
+					 code_pair<SUB, true>(w1.y, w1.y >> 8, s),
+					 b[2 * hs], b[2 * hs + 1]);
 			}
 		}
-#pragma unroll
-		for (int mb = 0; mb < 2; mb++) {
-			logit[2 * mb] = c[mb][0] + c[mb][1] + a_j;
-			logit[2 * mb + 1] = c[mb][2] + c[mb][3] + a_j;
-		}
+		logit[2 * mb] = fmaf((c[0][0] + c[1][0]) + (c[0][1] + c[1][1]),
+				     ls, a_j);
+		logit[2 * mb + 1] = fmaf((c[0][2] + c[1][2]) +
+					 (c[0][3] + c[1][3]), ls, a_j);
 	}
 
 	/* online softmax for head ti over the warp's tokens */
@@ -546,81 +690,79 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 	tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 4));
 	tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 8));
 	tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 16));
-	const float m_new = fmaxf(st.m, tmax);
+	/* st.m is a reference at or above every logit so far, raised only
+	 * when a logit passes it, and then with LAZY_HEADROOM to spare: the
+	 * accumulators are rescaled on few tiles, and p <= 1 always (the
+	 * fp16 operands p * step and p * origin cannot overflow) */
+	const float m_new = tmax > st.m ? tmax + LAZY_HEADROOM : st.m;
 	const float alpha = exp2f(st.m - m_new);
 	float psum = 0.0f;
 #pragma unroll
 	for (int r = 0; r < 4; r++) {
-		float pr = exp2f(logit[r] - m_new);
-		int tok = gi + 8 * r;
+		/* logit[r] is token gi + 8 * (r's row): rows 0, 8, 16, 24 */
+		const int tok = gi + 8 * (r & 1) + 16 * (r >> 1);
+		const float pr = exp2f(logit[r] - m_new);
 
 		psum += pr;
 		p_s[tok * HPC + ti] = pr;
 	}
 	st.l = st.l * alpha + psum;
 	st.m = m_new;
-	if (gi == 0)
-		alpha_s[ti] = alpha;
 	__syncwarp();
 
-	/* Value: rows (j, grp0) and (j, grp0 + 2) */
-	const int j = gi & 3, grp0 = gi >> 2;
-	const float al = alpha_s[j];
+	/* Value: A operands through shared memory (reusing the Key B area) */
+	value_operand(sg, p_s, scratch, lane);
+	const float al = __shfl_sync(0xffffffffu, alpha, gi & 3);
 	if (__any_sync(0xffffffffu, al != 1.0f)) {
 #pragma unroll
 		for (int nt = 0; nt < 16; nt++)
 #pragma unroll
 			for (int e = 0; e < 4; e++)
 				st.acc[nt][e] *= al;
-		st.acc_o[0] *= al;
-		st.acc_o[1] *= al;
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			st.acc_o[e] *= al;
 	}
+	__syncwarp();
+	const uint8_t *arow = scratch + (lane & 7) * VA_PITCH +
+			      8 * VA_PITCH * (lane >> 4) + 16 * ((lane >> 3) & 1);
 #pragma unroll
 	for (int ksp = 0; ksp < 2; ksp++) {
-		const int tA = 16 * ksp + 2 * ti;
-		const int tk[4] = { tA, tA + 1, tA + 8, tA + 9 };
-		float pv[4], s0[4], s1[4];
-		uint32_t w[4];
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			const uint2 vo = *reinterpret_cast<const uint2 *>(
-				sg + T_VO + tk[e] * 8);
-			const uint2 vs = *reinterpret_cast<const uint2 *>(
-				sg + T_VS + tk[e] * 8);
-			/* groups grp0 and grp0 + 2: half grp0 of words x, y */
-			const int sh = 16 * grp0;
-			float o0 = __half2float(__ushort_as_half(
-				(unsigned short)(vo.x >> sh)));
-			float o1 = __half2float(__ushort_as_half(
-				(unsigned short)(vo.y >> sh)));
+		uint32_t a[4], ao[4];
+		const uint8_t *vrow = sg + T_VC + (16 * ksp + 2 * ti) * 32 +
+				      4 * gi;
+		const uint32_t w0 = *reinterpret_cast<const uint32_t *>(vrow);
+		const uint32_t w1 = *reinterpret_cast<const uint32_t *>(vrow +
+									32);
+		const uint32_t w2 = *reinterpret_cast<const uint32_t *>(vrow +
+									256);
+		const uint32_t w3 = *reinterpret_cast<const uint32_t *>(vrow +
+									288);
+		/* halves: [h][token pair]; h = channels 0-7 / 8-15 of word gi */
+		const uint32_t y[2][2] = {
+			{ __byte_perm(w0, w1, 0x5410), __byte_perm(w2, w3, 0x5410) },
+			{ __byte_perm(w0, w1, 0x7632), __byte_perm(w2, w3, 0x7632) }
+		};
+		const uint32_t y8[2][2] = { { y[0][0] >> 8, y[0][1] >> 8 },
+					    { y[1][0] >> 8, y[1][1] >> 8 } };
 
-			pv[e] = p_s[tk[e] * HPC + j];
-			s0[e] = pv[e] * __half2float(__ushort_as_half(
-				(unsigned short)(vs.x >> sh)));
-			s1[e] = pv[e] * __half2float(__ushort_as_half(
-				(unsigned short)(vs.y >> sh)));
-			st.acc_o[0] = fmaf(pv[e], o0, st.acc_o[0]);
-			st.acc_o[1] = fmaf(pv[e], o1, st.acc_o[1]);
-			w[e] = *reinterpret_cast<const uint32_t *>(
-				sg + T_VC + tk[e] * 32 + 4 * gi);
-		}
-		const uint32_t a0 = pack_f16(s0[0], s0[1]);
-		const uint32_t a1 = pack_f16(s1[0], s1[1]);
-		const uint32_t a2 = pack_f16(s0[2], s0[3]);
-		const uint32_t a3 = pack_f16(s1[2], s1[3]);
-		const uint32_t y01[2] = { __byte_perm(w[0], w[1], 0x5410),
-					  __byte_perm(w[0], w[1], 0x7632) };
-		const uint32_t y23[2] = { __byte_perm(w[2], w[3], 0x5410),
-					  __byte_perm(w[2], w[3], 0x7632) };
+		ldsm4<true>(a, arow + 16 * ksp * VA_PITCH);
+		ldsm4<true>(ao, arow + 16 * ksp * VA_PITCH + TILE * VA_PITCH);
 #pragma unroll
-		for (int nt = 0; nt < 16; nt++)
-			mma_f16(st.acc[nt], a0, a1, a2, a3,
-				pair_f16(y01[nt >> 3], nt & 7),
-				pair_f16(y23[nt >> 3], nt & 7));
+		for (int nt = 0; nt < 16; nt++) {
+			const int hf = nt >> 3, pos = nt & 7;
+
+			mma_f16(st.acc[nt], a[0], a[1], a[2], a[3],
+				code_pair<SUB, false>(y[hf][0], y8[hf][0], pos),
+				code_pair<SUB, false>(y[hf][1], y8[hf][1], pos));
+		}
+		mma_f16(st.acc_o, ao[0], ao[1], ao[2], ao[3], 0x3C003C00u,
+			0x3C003C00u);
 	}
 	__syncwarp();
 }
 
+template <bool SUB>
 static __device__ void fast_cta(const attn_params &p, int split, int h,
 				int sub, int b, uint8_t *smem)
 {
@@ -633,25 +775,25 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 	const int first = tb + warp;
 	const int mine = first < te ? (te - first + WARPS - 1) / WARPS : 0;
 	uint8_t *wsm = smem + warp * WARP_SMEM;
-	float *p_s = reinterpret_cast<float *>(wsm + STAGES * TILE_BYTES);
-	float *alpha_s = p_s + TILE * HPC;
-	/* the scaled query rows [head][ti][36] (padded against bank
-	 * conflicts), then this CTA's page indices, staged once: no pointer
-	 * chase per tile */
-	float *q_s = reinterpret_cast<float *>(smem + WARPS * WARP_SMEM);
-	int32_t *pages = reinterpret_cast<int32_t *>(q_s + HPC * 4 * 36);
+	uint8_t *scratch = wsm + STAGES * TILE_BYTES;
+	float *p_s = reinterpret_cast<float *>(scratch + SCRATCH_BYTES);
+	/* the scaled query rows [head][w][20] (16 channels, padded against
+	 * bank conflicts), then this CTA's page indices, staged once */
+	float *qk_s = reinterpret_cast<float *>(smem + WARPS * WARP_SMEM);
+	int32_t *pages = reinterpret_cast<int32_t *>(qk_s + QK_FLOATS);
 	const int page0 = tb * TILE / p.S;
 	const int npages = te > tb ? (te - 1) * TILE / p.S - page0 + 1 : 0;
 	for (int i = tid; i < npages; i += blockDim.x)
 		pages[i] = p.page_table[(size_t)b * p.max_pages + page0 + i];
 	for (int e = tid; e < HPC * FAST_D; e += blockDim.x) {
-		int jb = e / FAST_D, d = e % FAST_D;
+		const int jb = e / FAST_D, d = e % FAST_D;
+		float x = jb < nh ? ld_elem(p.qdt, p.q, (size_t)(b * p.Hq +
+				    hq0) * FAST_D + e) * p.scale_log2 : 0.0f;
 
-		q_s[(jb * 4 + d / 32) * 36 + d % 32] = jb < nh ?
-			ld_elem(p.qdt, p.q, (size_t)(b * p.Hq + hq0) * FAST_D +
-				e) * p.scale_log2 : 0.0f;
+		if (SUB)
+			x = ldexpf(x, KEY_EXP - 2 * (d & 3));
+		qk_s[(jb * 8 + d / 16) * 20 + d % 16] = x;
 	}
-	const float *qreg = q_s + ((gi >> 1) * 4 + ti) * 36;
 	fast_state st;
 
 #pragma unroll
@@ -659,29 +801,42 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 #pragma unroll
 		for (int e = 0; e < 4; e++)
 			st.acc[nt][e] = 0.0f;
-	st.acc_o[0] = st.acc_o[1] = 0.0f;
+#pragma unroll
+	for (int e = 0; e < 4; e++)
+		st.acc_o[e] = 0.0f;
 	st.m = -INFINITY;
 	st.l = 0.0f;
 	__syncthreads();
 
+	tile_cursor cur;
+	uint8_t *stage[STAGES];
+
+	for (int s = 0; s < STAGES; s++)
+		stage[s] = wsm + s * TILE_BYTES;
+	cursor_init(cur, p, h, first, page0, lane);
 #pragma unroll
 	for (int s = 0; s < STAGES - 1; s++) {
-		if (s < mine)
-			issue_tile(p, h, first + WARPS * s, pages, page0,
-				   wsm + s * TILE_BYTES, lane);
+		if (s < mine) {
+			issue_tile(p, cur, pages, stage[s]);
+			cursor_next(cur, p);
+		}
 		cp_commit();
 	}
 	for (int k = 0; k < mine; k++) {
-		int kk = k + STAGES - 1;
-
-		if (kk < mine)
-			issue_tile(p, h, first + WARPS * kk, pages, page0,
-				   wsm + (kk % STAGES) * TILE_BYTES, lane);
+		if (k + STAGES - 1 < mine) {
+			issue_tile(p, cur, pages, stage[STAGES - 1]);
+			cursor_next(cur, p);
+		}
 		cp_commit();
 		cp_wait<STAGES - 1>();
 		__syncwarp();
-		fast_tile(wsm + (k % STAGES) * TILE_BYTES, qreg, p_s, alpha_s,
-			  st, lane);
+		fast_tile<SUB>(stage[0], qk_s, scratch, p_s, st, lane);
+		/* rotate the ring: the stage just read is refilled next */
+		uint8_t *done = stage[0];
+#pragma unroll
+		for (int s = 0; s < STAGES - 1; s++)
+			stage[s] = stage[s + 1];
+		stage[STAGES - 1] = done;
 	}
 	cp_wait<0>();
 
@@ -690,11 +845,6 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 	l += __shfl_xor_sync(0xffffffffu, l, 4);
 	l += __shfl_xor_sync(0xffffffffu, l, 8);
 	l += __shfl_xor_sync(0xffffffffu, l, 16);
-	float o0 = st.acc_o[0], o1 = st.acc_o[1];
-	o0 += __shfl_xor_sync(0xffffffffu, o0, 1);
-	o0 += __shfl_xor_sync(0xffffffffu, o0, 2);
-	o1 += __shfl_xor_sync(0xffffffffu, o1, 1);
-	o1 += __shfl_xor_sync(0xffffffffu, o1, 2);
 	__syncthreads();
 
 	/* CTA merge area (reuses the stages): o[w][j][D], m[w][j], l[w][j] */
@@ -703,17 +853,19 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 	const int j = gi & 3, grp0 = gi >> 2;
 	float *orow = o_w + (warp * HPC + j) * FAST_D + 32 * ti;
 
-	if (ti == grp0) {
+	if (ti == grp0 || ti == grp0 + 2) {
+		const bool lo = ti == grp0;	/* rows (j, g) or (j, g + 2) */
+		const float o = lo ? st.acc_o[0] : st.acc_o[2];
 #pragma unroll
 		for (int nt = 0; nt < 16; nt++) {
-			orow[nt] = st.acc[nt][0] + o0;
-			orow[16 + nt] = st.acc[nt][1] + o0;
-		}
-	} else if (ti == grp0 + 2) {
-#pragma unroll
-		for (int nt = 0; nt < 16; nt++) {
-			orow[nt] = st.acc[nt][2] + o1;
-			orow[16 + nt] = st.acc[nt][3] + o1;
+			/* undo the codes' 4^k 2^-24 */
+			const float sc = SUB ? ldexpf(1.0f, 24 - 2 * (nt & 3)) :
+					       1.0f;
+
+			orow[nt] = fmaf(lo ? st.acc[nt][0] : st.acc[nt][2], sc,
+					o);
+			orow[16 + nt] = fmaf(lo ? st.acc[nt][1] :
+					     st.acc[nt][3], sc, o);
 		}
 	}
 	if (gi == 0) {
@@ -748,7 +900,7 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
  * 1-D grid: units (sequence, KV head, query-head group) x splits, the short
  * generic CTAs first so that the long fast ones are not left for the tail.
  */
-template <bool FAST, int MIN_CTAS>
+template <bool FAST, int MIN_CTAS, bool SUB>
 __global__ void __launch_bounds__(WARPS * 32, MIN_CTAS)
 attn_kernel(const attn_params p)
 {
@@ -763,38 +915,91 @@ attn_kernel(const attn_params p)
 	const int h = r / p.nsub, sub = r % p.nsub;
 
 	if (FAST && (int)blockIdx.x >= gen)
-		fast_cta(p, split, h, sub, b, smem);
+		fast_cta<SUB>(p, split, h, sub, b, smem);
 	else
 		generic_cta(p, split, h, sub, b,
 			    reinterpret_cast<float *>(smem));
 }
 
+/*
+ * Whether the tensor cores take subnormal operands exactly (the SUB
+ * operand trick): one warp, bf16 A = 2^-133 and 192 * 2^-133, B = 2^100;
+ * fp16 A = 3 * 2^-24, B = 1.
+ */
+__global__ void subnormal_probe(int *ok)
+{
+	float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f }, d[4] = { 0, 0, 0, 0 };
+	const int lane = threadIdx.x;
+
+	mma_bf16(c, 0x00010001u, 0x00C000C0u, 0x00010001u, 0x00C000C0u,
+		 0x71807180u, 0x71807180u);
+	mma_f16(d, 0x00030003u, 0x00030003u, 0x00030003u, 0x00030003u,
+		0x3C003C00u, 0x3C003C00u);
+	bool good = c[0] == 0x1p-29f && c[1] == 0x1p-29f &&
+		    c[2] == 16.0f * 192.0f * 0x1p-33f &&
+		    c[3] == 16.0f * 192.0f * 0x1p-33f;
+	for (int e = 0; e < 4; e++)
+		good = good && d[e] == 48.0f * 0x1p-24f;
+	if (!__all_sync(0xffffffffu, good) && lane == 0)
+		*ok = 0;
+}
+
+/*
+ * One CTA per (sequence, query head): the splits' weights exp2(m_s - max)
+ * go to shared memory once, then each thread sums its channels over the
+ * splits with four loads in flight (a split is D + 2 floats apart).
+ */
 __global__ void attn_merge_kernel(const attn_params p)
 {
+	extern __shared__ float w_s[]; /* n_slots weights, then 32 scratch */
+	float *red = w_s + p.n_slots;
 	const int b = blockIdx.x / p.Hq, qh = blockIdx.x % p.Hq;
-	const int D = p.D;
+	const int D = p.D, n = p.n_slots, tid = threadIdx.x;
+	const int lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
+	const size_t pitch = D + 2;
 	const float *base = partial(p, b, qh, 0);
-	float mx = -INFINITY;
+	float mx = -INFINITY, l = 0.0f;
 
-	for (int s = 0; s < p.n_slots; s++)
-		mx = fmaxf(mx, base[(size_t)s * (D + 2) + D]);
-	for (int d = threadIdx.x; d < D; d += blockDim.x) {
-		float o = 0.0f, l = 0.0f;
+	for (int s = tid; s < n; s += blockDim.x)
+		mx = fmaxf(mx, base[s * pitch + D]);
+	mx = warp_max(mx);
+	if (lane == 0)
+		red[warp] = mx;
+	__syncthreads();
+	mx = red[0];
+	for (int w = 1; w < nw; w++)
+		mx = fmaxf(mx, red[w]);
+	for (int s = tid; s < n; s += blockDim.x) {
+		const float m = base[s * pitch + D];
+		const float w = m == -INFINITY ? 0.0f : exp2f(m - mx);
+
+		w_s[s] = w;
+		l = fmaf(w, base[s * pitch + D + 1], l);
+	}
+	l = warp_sum(l);
+	__syncthreads();
+	if (lane == 0)
+		red[warp] = l;
+	__syncthreads();
+	l = 0.0f;
+	for (int w = 0; w < nw; w++)
+		l += red[w];
+	for (int d = tid; d < D; d += blockDim.x) {
+		float o[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+		int s = 0;
 
 		if (mx != -INFINITY) {
-			for (int s = 0; s < p.n_slots; s++) {
-				const float *ps = base + (size_t)s * (D + 2);
-				float m = ps[D];
-
-				if (m == -INFINITY)
-					continue;
-				float w = exp2f(m - mx);
-				o = fmaf(ps[d], w, o);
-				l = fmaf(ps[D + 1], w, l);
-			}
+			for (; s + 4 <= n; s += 4)
+#pragma unroll
+				for (int u = 0; u < 4; u++)
+					o[u] = fmaf(w_s[s + u],
+						    base[(s + u) * pitch + d],
+						    o[u]);
+			for (; s < n; s++)
+				o[0] = fmaf(w_s[s], base[s * pitch + d], o[0]);
 		}
 		st_elem(p.odt, p.out, (size_t)(b * p.Hq + qh) * D + d,
-			l > 0.0f ? o / l : 0.0f);
+			l > 0.0f ? ((o[0] + o[1]) + (o[2] + o[3])) / l : 0.0f);
 	}
 }
 
@@ -815,31 +1020,88 @@ static int sm_count(void)
 	return count;
 }
 
+/*
+ * Whether this device's tensor cores take subnormal operands exactly,
+ * asked once by subnormal_probe.  Not asked while the stream is being
+ * captured into a graph (the probe synchronises): the exact-bias operands
+ * are used until it has been asked.
+ */
+static int subnormal_ok(cudaStream_t stream, uint32_t flags)
+{
+	static int known = -1;
+	cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+	int *d = NULL, h = 0;
+
+	if (flags & KVS_CUDA_ATTN_NO_SUBNORMAL)
+		return 0;
+	if (known >= 0)
+		return known;
+	if (cudaStreamIsCapturing(stream, &cs) != cudaSuccess ||
+	    cs != cudaStreamCaptureStatusNone)
+		return 0;
+	known = 0;
+	if (KVS_CUDA_CHECK(cudaMalloc((void **)&d, sizeof(int))))
+		return 0;
+	h = 1;
+	if (!KVS_CUDA_CHECK(cudaMemcpy(d, &h, sizeof(int),
+				       cudaMemcpyHostToDevice))) {
+		subnormal_probe<<<1, 32>>>(d);
+		if (!KVS_CUDA_CHECK(cudaMemcpy(&h, d, sizeof(int),
+					       cudaMemcpyDeviceToHost)))
+			known = h;
+	}
+	cudaFree(d);
+	if (!known)
+		kvs_log(KVS_LOG_INFO, "cuda attend: tensor cores flush "
+			"subnormal operands; using biased operands");
+	return known;
+}
+
 typedef void (*attn_fn)(const attn_params);
 
 /* The build of the kernel for these arguments: generic only, or the fast
  * path capped at 127 registers for 4 CTAs per SM (default) or at 168 for
- * 3 (KVS_CUDA_ATTN_OCC3, for comparison). */
-static attn_fn pick_kernel(int fast_ok, uint32_t flags, int *variant)
+ * 3 (KVS_CUDA_ATTN_OCC3), with subnormal or biased code operands. */
+static attn_fn pick_kernel(int fast_ok, uint32_t flags, int sub, int *variant)
 {
-	*variant = !fast_ok ? 0 : (flags & KVS_CUDA_ATTN_OCC3) ? 1 : 2;
-	return *variant == 0 ? attn_kernel<false, 1> :
-	       *variant == 1 ? attn_kernel<true, 3> : attn_kernel<true, 4>;
+	static const attn_fn fast[2][2] = {
+		{ attn_kernel<true, 4, false>, attn_kernel<true, 4, true> },
+		{ attn_kernel<true, 3, false>, attn_kernel<true, 3, true> },
+	};
+	const int occ3 = (flags & KVS_CUDA_ATTN_OCC3) != 0;
+
+	*variant = !fast_ok ? 0 : 1 + 2 * occ3 + (sub != 0);
+	return !fast_ok ? attn_kernel<false, 3, false> : fast[occ3][sub != 0];
+}
+
+/* Bytes of dynamic shared memory of a fast CTA covering @tps tiles. */
+static size_t fast_smem(int tps, int span)
+{
+	return (size_t)WARPS * WARP_SMEM + sizeof(float) * QK_FLOATS +
+	       sizeof(int32_t) * (tps * TILE / span + 2);
 }
 
 /* Fast CTAs that fit on the device at once. */
 static int resident_slots(int fast_ok, uint32_t flags)
 {
-	static int slots[3];
+	static int slots[5];
 	int variant, per_sm = 0;
-	attn_fn fn = pick_kernel(fast_ok, flags, &variant);
+	attn_fn fn = pick_kernel(fast_ok, flags, 1, &variant);
 
 	if (slots[variant])
 		return slots[variant];
-	if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn,
-			WARPS * 32, WARPS * WARP_SMEM + 3072) != cudaSuccess ||
-	    per_sm <= 0)
+	/* the query counts only what the function may use: above 48 KB that
+	 * must be granted first */
+	if (cudaFuncSetAttribute((const void *)fn,
+			cudaFuncAttributeMaxDynamicSharedMemorySize,
+			(int)fast_smem(64, 32)) != cudaSuccess ||
+	    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn,
+			WARPS * 32, fast_smem(64, 32)) != cudaSuccess ||
+	    per_sm <= 0) {
+		kvs_log(KVS_LOG_WARN, "cuda attend: occupancy query failed, "
+			"planning for 2 CTAs per SM");
 		per_sm = 2;
+	}
 	slots[variant] = per_sm * sm_count();
 	return slots[variant];
 }
@@ -847,6 +1109,55 @@ static int resident_slots(int fast_ok, uint32_t flags)
 static int dtype_ok(int t)
 {
 	return t == KVS_DTYPE_F32 || t == KVS_DTYPE_F16 || t == KVS_DTYPE_BF16;
+}
+
+/* A generic CTA's 32-token chunk costs about this many fast tiles of one
+ * warp (H200, version 4: ~8 us against ~2 us). */
+#define GEN_CHUNK_COST 4
+
+/*
+ * Fast and generic splits per unit: both kinds run side by side, so the
+ * plan minimises waves x the longer of a fast warp's tiles and a generic
+ * CTA's chunks (in fast-tile units, + a fixed cost each), over all the
+ * splits that fit.  The last answer is kept: decode steps repeat shapes.
+ */
+static void plan_split(int units, int slots, int tiles, int chunks,
+		       int *n_fast, int *n_gen)
+{
+	static int key[4], ans[2];
+	const int cap = (tiles + WARPS - 1) / WARPS;
+	double best = 1e30;
+
+	if (key[0] == units && key[1] == slots && key[2] == tiles &&
+	    key[3] == chunks) {
+		*n_fast = ans[0];
+		*n_gen = ans[1];
+		return;
+	}
+	*n_fast = *n_gen = 1;
+	for (int g = 1; g <= chunks; g++) {
+		const double t_g = GEN_CHUNK_COST * ((chunks + g - 1) / g) + 1;
+
+		for (int f = 1; f <= cap && f <= 4 * slots; f++) {
+			const double waves = (units * (f + g) + slots - 1) /
+					     slots;
+			const double t_f = ((tiles + f - 1) / f + WARPS - 1) /
+					   WARPS + 2;
+			const double cost = waves * (t_f > t_g ? t_f : t_g);
+
+			if (cost < best - 1e-9) {
+				best = cost;
+				*n_fast = f;
+				*n_gen = g;
+			}
+		}
+	}
+	key[0] = units;
+	key[1] = slots;
+	key[2] = tiles;
+	key[3] = chunks;
+	ans[0] = *n_fast;
+	ans[1] = *n_gen;
 }
 
 /* Fills everything but pointers' validity; 0 or -KVS_EPARAM. */
@@ -884,39 +1195,28 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 
 	const int units = p->B * p->Hkv * p->nsub;
 	const int slots = resident_slots(p->fast_ok, a->flags);
-	const int target = slots;
-	int max_tiles = p->fast_ok ? (int)(a->max_tokens / TILE) : 0;
-
-	p->n_fast = 0;
-	p->fast_tps = 1;
-	if (max_tiles > 0) {
-		/* fewest waves x tiles per CTA (+ a CTA's fixed cost) */
-		int cap = (max_tiles + WARPS - 1) / WARPS, best = 1;
-		double best_cost = 1e30;
-
-		for (int n = 1; n <= cap && n <= 4 * slots; n++) {
-			double waves = (units * n + slots - 1) / slots;
-			double cost = waves * ((double)max_tiles / n + 8.0);
-
-			if (cost < best_cost - 1e-9) {
-				best_cost = cost;
-				best = n;
-			}
-		}
-		p->fast_tps = (max_tiles + best - 1) / best;
-		p->n_fast = (max_tiles + p->fast_tps - 1) / p->fast_tps;
-	}
+	const int max_tiles = p->fast_ok ? (int)(a->max_tokens / TILE) : 0;
 	uint32_t rows = a->k_resid_stride > a->v_resid_stride ?
 			a->k_resid_stride : a->v_resid_stride;
 	uint32_t gen_total = p->fast_ok ? rows + TILE - 1 : a->max_tokens;
 	if (gen_total > a->max_tokens)
 		gen_total = a->max_tokens;
-	int chunks = (int)((gen_total + TILE - 1) / TILE);
-	int n = (2 * target + units - 1) / units;
+	int chunks = (int)((gen_total + TILE - 1) / TILE), n_gen;
+
 	if (chunks < 1)
 		chunks = 1;
-	n = n < 1 ? 1 : (n > chunks ? chunks : n);
-	p->gen_tps = TILE * ((chunks + n - 1) / n);
+	p->n_fast = 0;
+	p->fast_tps = 1;
+	if (max_tiles > 0) {
+		plan_split(units, slots, max_tiles, chunks, &p->n_fast,
+			   &n_gen);
+		p->fast_tps = (max_tiles + p->n_fast - 1) / p->n_fast;
+		p->n_fast = (max_tiles + p->fast_tps - 1) / p->fast_tps;
+	} else {
+		n_gen = (2 * slots + units - 1) / units;
+	}
+	n_gen = n_gen < 1 ? 1 : (n_gen > chunks ? chunks : n_gen);
+	p->gen_tps = TILE * ((chunks + n_gen - 1) / n_gen);
 	p->n_gen = (int)((chunks * TILE + p->gen_tps - 1) / p->gen_tps);
 	p->n_slots = p->n_fast + p->n_gen;
 	return 0;
@@ -933,7 +1233,7 @@ uint64_t kvs_cuda_attn_workspace(const struct kvs_cuda_attn *a)
 
 static size_t generic_smem(int D)
 {
-	return ((size_t)2 * TILE * (D + 1) + 2 * HPC * D + HPC * TILE +
+	return ((size_t)2 * TILE * (D + 4) + 2 * HPC * D + HPC * TILE +
 		3 * HPC) * sizeof(float);
 }
 
@@ -966,14 +1266,18 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 	p.out = a->out;
 	p.ws = (float *)a->workspace;
 
+	const int sub = p.fast_ok ? subnormal_ok(stream, a->flags) : 0;
 	size_t smem = generic_smem(p.D);
-	size_t fast = (size_t)WARPS * WARP_SMEM + sizeof(float) * HPC * 4 * 36 +
-		      sizeof(int32_t) * (p.fast_tps * TILE / p.S + 2);
+	size_t fast = fast_smem(p.fast_tps, p.S);
 	if (p.fast_ok && fast > smem)
 		smem = fast;
 	dim3 grid(p.n_slots * p.B * p.Hkv * p.nsub);
+	kvs_log(KVS_LOG_DEBUG, "cuda attend: units %d, fast %d x %d tiles, "
+		"generic %d x %d tokens, grid %u, subnormal operands %d",
+		p.B * p.Hkv * p.nsub, p.n_fast, p.fast_tps, p.n_gen, p.gen_tps,
+		grid.x, sub);
 	int variant;
-	attn_fn fn = pick_kernel(p.fast_ok, a->flags, &variant);
+	attn_fn fn = pick_kernel(p.fast_ok, a->flags, sub, &variant);
 
 	if (smem > 48 * 1024)
 		rc = KVS_CUDA_CHECK(cudaFuncSetAttribute((const void *)fn,
@@ -985,6 +1289,7 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 		rc = KVS_CUDA_CHECK(cudaGetLastError());
 	if (rc)
 		return rc;
-	attn_merge_kernel<<<p.B * p.Hq, 128, 0, stream>>>(p);
+	attn_merge_kernel<<<p.B * p.Hq, 128,
+			    sizeof(float) * (p.n_slots + 32), stream>>>(p);
 	return KVS_CUDA_CHECK(cudaGetLastError());
 }

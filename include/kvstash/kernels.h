@@ -140,6 +140,9 @@ struct kvs_cuda_attn {
 
 #define KVS_CUDA_ATTN_GENERIC 0x1u /* never take the tensor-core path */
 #define KVS_CUDA_ATTN_OCC3 0x2u /* tuning: the 3-CTA/SM fast build */
+/* the fast path's biased code operands even where the tensor cores take
+ * subnormal ones (for tests and comparison) */
+#define KVS_CUDA_ATTN_NO_SUBNORMAL 0x4u
 
 /* Workspace bytes kvs_cuda_attend() needs for these arguments. */
 uint64_t kvs_cuda_attn_workspace(const struct kvs_cuda_attn *args);
