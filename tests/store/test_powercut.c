@@ -172,7 +172,7 @@ static struct {
 	struct kvs_store *store;
 	uint64_t acked_seq[NKEYS], acked_seg[NKEYS];
 	int last_ver[NKEYS]; /* version last put or found, -1 none */
-	uint8_t in_call[NKEYS]; /* 1 + version put by the call under way */
+	uint8_t in_call[NKEYS]; /* bit v: the call under way puts version v */
 	uint64_t unlinked[MAX_UNLINKED]; /* segments, by the call under way */
 	size_t nunlinked;
 } w;
@@ -195,7 +195,7 @@ static void on_cut(uint64_t ops)
 		if (!sh->want[k])
 			continue;
 		if (was_unlinked(w.acked_seg[k]) ||
-		    (w.in_call[k] && w.in_call[k] != sh->want[k]))
+		    (w.in_call[k] & ~(1u << (sh->want[k] - 1))))
 			sh->want[k] = 0;
 	}
 	sh->ops = ops;
@@ -269,7 +269,7 @@ static void put_call(uint64_t *rng, enum kvs_durability dur, unsigned n)
 		vs[i] = ks[i] % 4 == 0 && test_rand(rng) % 4 == 0;
 		objs[i] = pool[ks[i]][vs[i]].obj;
 		lens[i] = pool[ks[i]][vs[i]].len;
-		w.in_call[ks[i]] = (uint8_t)(1 + vs[i]);
+		w.in_call[ks[i]] |= (uint8_t)(1u << vs[i]);
 		sh->ever[ks[i]] |= (uint8_t)(1u << vs[i]);
 	}
 	kvs_store_put_batch(w.store, objs, lens, n, dur, res);
