@@ -31,6 +31,7 @@ int store_check_read(struct kvs_store *s, struct entry *e, const uint8_t *rec)
 			    KVS_VERIFY_NO_CHECKSUMS, &h, &check);
 	if (!err && (h.seq != e->seq || h.length != e->len))
 		err = -KVS_ECORRUPT;
+	e->rec_checked = !err;
 	if (!err)
 		return 0;
 	kvs_log(KVS_LOG_DEBUG,

@@ -221,6 +221,23 @@ static int read_record(struct kvs_store *s, struct segment *seg, uint64_t off,
 	return record_io(s, seg, KVS_STORE_IO_READ, off, buf, rec, -1);
 }
 
+int nvme_check_record(struct kvs_store *s, struct entry *e)
+{
+	uint64_t rec = record_size(e->len);
+	uint8_t *buf;
+	int err;
+
+	if (e->rec_checked)
+		return 0;
+	if (posix_memalign((void **)&buf, KVS_STORE_ALIGN, rec))
+		return -ENOMEM;
+	err = read_record(s, e->seg, e->off, buf, rec);
+	if (!err)
+		err = store_check_read(s, e, buf);
+	free(buf);
+	return err;
+}
+
 struct carry_set {
 	struct carry *v;
 	size_t n, cap;
@@ -245,7 +262,10 @@ static bool carry_add(struct kvs_store *s, struct carry_set *set,
 	c = &set->v[set->n];
 	if (posix_memalign((void **)&c->image, KVS_STORE_ALIGN, rec))
 		return false;
-	if (read_record(s, seg, e->off, c->image, rec)) {
+	/* a record recovery did not check may be torn: carrying it would
+	 * only move the damage; it is dropped (and counted) instead */
+	if (read_record(s, seg, e->off, c->image, rec) ||
+	    (!e->rec_checked && store_check_read(s, e, c->image))) {
 		free(c->image);
 		return false;
 	}
@@ -509,6 +529,7 @@ int nvme_write_image(struct kvs_store *s, struct entry *e, uint8_t *image,
 			goto unpin;
 	}
 	nvme_attach(s, e, seg, off, seq);
+	e->rec_checked = true;
 unpin:
 	e->pins--;
 	return err;

@@ -69,6 +69,7 @@ static int index_record(struct kvs_store *s, struct segment *seg, uint64_t off,
 	e->len = h->length;
 	e->psum = h->payload_sum;
 	nvme_attach(s, e, seg, off, h->seq);
+	e->rec_checked = false;
 	return 0;
 }
 
@@ -261,8 +262,10 @@ static int verify_newest(struct kvs_store *s, struct scan *sc)
 
 		next = l->next;
 		if (record_verify(buf + e->off, seg->size - e->off, &e->key,
-				  KVS_VERIFY_NO_CHECKSUMS, NULL, NULL) == 0)
+				  KVS_VERIFY_NO_CHECKSUMS, NULL, NULL) == 0) {
+			e->rec_checked = true;
 			continue;
+		}
 		s->st.torn_dropped++;
 		mark_bad(sc, e->off);
 		nvme_detach(s, e);

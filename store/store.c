@@ -319,6 +319,7 @@ static int entry_for_put(struct kvs_store *s, const struct kvs_store_key *key,
 
 		e->len = old->len;
 		e->psum = old->psum; /* so a put of the same bytes keeps it */
+		e->rec_checked = old->rec_checked;
 		nvme_detach(s, old);
 		nvme_attach(s, e, seg, off, seq);
 	}
@@ -384,10 +385,15 @@ static int stage_one(struct kvs_store *s, const uint8_t *obj, size_t len,
 	/* a record of these very bytes is there already: keep it rather
 	 * than write it again, which would hang a block already durable on
 	 * a new write that a crash can tear (recovery keeps only a key's
-	 * newest record).  A DURABLE put is then served by the sync that
-	 * ends the batch; kept_check() writes it after all if the batch
-	 * reclaims it.  Not after a failed sync of its segment, which no
-	 * later sync vouches for.  The put counts as a use. */
+	 * newest record).  Only a record known whole: recovery checks only
+	 * the headers of older segments (a power cut may have torn the
+	 * rest), so such a one is read back and checked first, and dropped
+	 * if it fails.  A DURABLE put is then served by the sync that ends
+	 * the batch; kept_check() writes it after all if the batch reclaims
+	 * it.  Not after a failed sync of its segment, which no later sync
+	 * vouches for.  The put counts as a use. */
+	if (e->seg && nvme_check_record(s, e))
+		nvme_detach(s, e);
 	p->kept = need_write && e->seg && !e->seg->sync_failed;
 	if (p->kept && e->nfreq < 3)
 		e->nfreq++;
@@ -442,6 +448,7 @@ static void reap(struct kvs_store *s, struct pending *p, size_t n, int *results)
 			results[q->i] = r;
 		} else {
 			nvme_attach(s, q->e, q->seg, q->off, q->seq);
+			q->e->rec_checked = true;
 		}
 		release_pending(s, q);
 	}

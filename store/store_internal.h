@@ -217,6 +217,9 @@ struct entry {
 	struct segment *seg; /* segment of the newest record, or NULL */
 	uint64_t off;
 	uint64_t seq;
+	bool rec_checked; /* the record is known whole: written or read back
+			   * and checked by this process (recovery checks
+			   * only the headers of older segments) */
 	uint8_t nfreq;
 	bool nghost;
 	struct list nlink; /* seg->records, or the NVMe ghost queue */
@@ -320,6 +323,9 @@ void nvme_attach(struct kvs_store *s, struct entry *e, struct segment *seg,
 		 uint64_t off, uint64_t seq);
 /* Forgets @e's NVMe record (as data, not as ghost). */
 void nvme_detach(struct kvs_store *s, struct entry *e);
+/* 0 if @e's record is known whole, else reads it back and checks it:
+ * 0, or the error (a record failing the check is dropped, counted). */
+int nvme_check_record(struct kvs_store *s, struct entry *e);
 /* Writes one record image synchronously to a fresh place. */
 int nvme_write_image(struct kvs_store *s, struct entry *e, uint8_t *image,
 		     int buf_index, enum kvs_durability dur);
