@@ -1119,12 +1119,13 @@ static int dtype_ok(int t)
  * Fast and generic splits per unit: both kinds run side by side, so the
  * plan minimises waves x the longer of a fast warp's tiles and a generic
  * CTA's chunks (in fast-tile units, + a fixed cost each), over all the
- * splits that fit.  The last answer is kept: decode steps repeat shapes.
+ * splits that fit.  The last answer is kept per thread: decode steps
+ * repeat shapes.
  */
 static void plan_split(int units, int slots, int tiles, int chunks,
 		       int *n_fast, int *n_gen)
 {
-	static int key[4], ans[2];
+	static thread_local int key[4], ans[2];
 	const int cap = (tiles + WARPS - 1) / WARPS;
 	double best = 1e30;
 
