@@ -1,11 +1,15 @@
 /*
  * test_seal.c - the CUDA seal and dequantize kernels against the CPU
  * reference: codes and metadata bit-identical to kvs_block_quantize() on
- * fresh random inputs read through engine-layout strides, with outlier
- * channels, constant groups, groups of signed zeros and ranges too tiny
- * for a step; non-finite input and metadata overflow refused with the
- * CPU's errors; the backend's whole images equal to the CPU backend's;
- * dequantization bit-exact.
+ * fresh random inputs read through engine-layout strides (rows padded with
+ * NaN the kernel must not read), with outlier channels, constant groups,
+ * groups of signed zeros and ranges too tiny for a step; the warp-per-tile
+ * fast path (G 32, D 64/128, fp16/bf16 input) and the generic kernel (other
+ * G, fp32 input), through block strides or per-block source pointers
+ * (16-byte aligned or not) with destination indices; non-finite input and
+ * metadata overflow refused with the CPU's errors on both paths; the
+ * backend's whole images equal to the CPU backend's; dequantization
+ * bit-exact.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,10 +22,19 @@
 
 static struct gpu_rng rng;
 
+/* How the kernel reads its input. */
+enum seal_src {
+	SRC_STRIDES,    /* keys/values + n * block_stride */
+	SRC_ARRAY,      /* src[2n], src[2n + 1], images at dst[n] */
+	SRC_UNALIGNED,  /* as SRC_ARRAY, pointers one element off 16 bytes */
+};
+
 struct seal_case {
 	struct kvs_shape shape;
 	enum kvs_dtype in;
 	uint32_t blocks;
+	uint32_t pad;           /* elements after each token's H x D */
+	enum seal_src src;
 };
 
 /* Engine-layout input [blocks*S][H][D] with the features the contract
@@ -32,6 +45,7 @@ static void *make_input(const struct seal_case *c, int key)
 	size_t n = (size_t)c->blocks * s->span * s->kv_heads * s->head_dim;
 	size_t esz = kvs_dtype_size(c->in);
 	uint8_t *buf = malloc(n * esz);
+	int huge = c->in == KVS_DTYPE_BF16 && s->meta_type == KVS_DTYPE_F32;
 
 	assert_non_null(buf);
 	for (size_t i = 0; i < n; i++) {
@@ -55,6 +69,17 @@ static void *make_input(const struct seal_case *c, int key)
 		if (!key && tok % 11 == 5 && d >= s->group &&
 		    d < 2u * s->group)
 			x = (gpu_rng_next(&rng) & 1) ? 1e-30f : 0.0f;
+		/* a step whose reciprocal would overflow (bf16 input) */
+		if (!key && tok % 17 == 8 &&
+		    d >= (uint32_t)s->head_dim - s->group)
+			x = (gpu_rng_next(&rng) & 1) ? 1e-38f : 0.0f;
+		if (key && d == 13 && (tok / s->group) % 5 == 3)
+			x = (gpu_rng_next(&rng) & 1) ? -2e-38f : 1e-39f;
+		/* ranges near FLT_MAX, which only fp32 metadata holds */
+		if (huge && key && d == 15 && (tok / s->group) % 7 == 4)
+			x = (gpu_rng_next(&rng) & 1) ? -1.5e38f : 1.5e38f;
+		if (huge && !key && tok % 19 == 2 && d < s->group)
+			x = (gpu_rng_next(&rng) & 1) ? -1.5e38f : 1.7e38f;
 		kvs_store(c->in, buf, i, kvs_round_to(c->in, x));
 	}
 	return buf;
@@ -77,16 +102,49 @@ static void *block_input(const struct seal_case *c, const uint8_t *src,
 	return out;
 }
 
+/* Image slot block @b is sealed into: reversed under SRC_ARRAY. */
+static uint32_t dst_of(const struct seal_case *c, uint32_t b)
+{
+	return c->src == SRC_STRIDES ? b : c->blocks - 1 - b;
+}
+
+/* Device copy of engine-layout @src with @c->pad NaN elements after each
+ * token's rows, starting @lead elements into the allocation (*base). */
+static uint8_t *padded_dup(const struct seal_case *c, const uint8_t *src,
+			   size_t lead, void **base)
+{
+	const struct kvs_shape *s = &c->shape;
+	size_t esz = kvs_dtype_size(c->in), row = (size_t)s->kv_heads *
+						   s->head_dim;
+	size_t tokens = (size_t)c->blocks * s->span, pitch = row + c->pad;
+	size_t n = (lead + tokens * pitch) * esz;
+	uint8_t *buf = malloc(n), *dev;
+
+	assert_non_null(buf);
+	for (size_t i = 0; i < n / esz; i++)
+		kvs_store(c->in, buf, i, NAN);
+	for (size_t t = 0; t < tokens; t++)
+		memcpy(buf + (lead + t * pitch) * esz, src + t * row * esz,
+		       row * esz);
+	dev = gpu_dup(buf, n);
+	free(buf);
+	*base = dev;
+	return dev + lead * esz;
+}
+
 /* Runs the GPU seal on engine-layout K/V; returns its error, images in
- * @host (blocks x stride bytes) on success. */
+ * @host (blocks x stride bytes, block b in slot dst_of(b)) on success. */
 static int gpu_seal(const struct seal_case *c, const void *k, const void *v,
 		    uint8_t *host, uint64_t stride)
 {
 	const struct kvs_shape *s = &c->shape;
-	size_t n = (size_t)c->blocks * s->span * s->kv_heads * s->head_dim *
-		   kvs_dtype_size(c->in);
-	void *dk = gpu_dup(k, n), *dv = gpu_dup(v, n);
+	size_t lead = c->src == SRC_UNALIGNED ? 1 : 0;
+	size_t esz = kvs_dtype_size(c->in);
+	void *bk, *bv, **src = NULL;
+	uint8_t *dk = padded_dup(c, k, lead, &bk);
+	uint8_t *dv = padded_dup(c, v, lead, &bv);
 	uint8_t *img = gpu_alloc(c->blocks * stride);
+	int32_t *dst = NULL;
 	struct kvs_cuda_seal a;
 	int rc;
 
@@ -94,19 +152,40 @@ static int gpu_seal(const struct seal_case *c, const void *k, const void *v,
 	memset(&a, 0, sizeof(a));
 	a.shape = *s;
 	a.in_dtype = c->in;
-	a.keys = dk;
-	a.values = dv;
-	a.token_stride = (int64_t)s->kv_heads * s->head_dim;
+	a.token_stride = (int64_t)s->kv_heads * s->head_dim + c->pad;
 	a.head_stride = s->head_dim;
 	a.block_stride = (int64_t)s->span * a.token_stride;
 	a.blocks = c->blocks;
 	a.images = img;
 	a.image_stride = stride;
+	if (c->src == SRC_STRIDES) {
+		a.keys = dk;
+		a.values = dv;
+	} else {
+		void **hs = malloc(2 * c->blocks * sizeof(*hs));
+		int32_t *hd = malloc(c->blocks * sizeof(*hd));
+
+		assert_non_null(hs);
+		assert_non_null(hd);
+		for (uint32_t b = 0; b < c->blocks; b++) {
+			hs[2 * b] = dk + b * a.block_stride * esz;
+			hs[2 * b + 1] = dv + b * a.block_stride * esz;
+			hd[b] = (int32_t)dst_of(c, b);
+		}
+		src = gpu_dup(hs, 2 * c->blocks * sizeof(*hs));
+		dst = gpu_dup(hd, c->blocks * sizeof(*hd));
+		free(hs);
+		free(hd);
+		a.src = (const void *const *)src;
+		a.dst = dst;
+	}
 	rc = kvs_cuda_seal_blocks(&a);
 	if (rc == 0)
 		gpu_get(host, img, c->blocks * stride);
-	cudaFree(dk);
-	cudaFree(dv);
+	cudaFree(src);
+	cudaFree(dst);
+	cudaFree(bk);
+	cudaFree(bv);
 	cudaFree(img);
 	return rc;
 }
@@ -131,7 +210,8 @@ static void check_case(const struct seal_case *c)
 
 		assert_int_equal(kvs_block_quantize(s, c->in, bk, bv, cpu), 0);
 		for (int sec = 0; sec < KVS_BLOCK_SECTIONS; sec++) {
-			const uint8_t *g = gpu + b * stride + lay.offset[sec];
+			const uint8_t *g = gpu + dst_of(c, b) * stride +
+					   lay.offset[sec];
 			const uint8_t *r = cpu + lay.offset[sec];
 
 			for (uint32_t i = 0; i < lay.length[sec]; i++)
@@ -152,14 +232,38 @@ static void check_case(const struct seal_case *c)
 static void test_bit_exact(void **state)
 {
 	static const struct seal_case cases[] = {
+		/* fast path: G 32, D 64/128, b 2/4, fp16/bf16 in, all metas */
 		{ { 2, 128, 32, 2, KVS_DTYPE_F16, 128, 128 },
-		  KVS_DTYPE_F16, 3 },
-		{ { 3, 64, 16, 4, KVS_DTYPE_BF16, 256, 128 },
-		  KVS_DTYPE_BF16, 2 },
-		{ { 1, 128, 64, 2, KVS_DTYPE_F32, 128, 128 },
-		  KVS_DTYPE_F16, 2 },
+		  KVS_DTYPE_F16, 3, 0, SRC_STRIDES },
 		{ { 8, 128, 32, 2, KVS_DTYPE_F16, 128, 128 },
-		  KVS_DTYPE_BF16, 4 },
+		  KVS_DTYPE_BF16, 4, 0, SRC_STRIDES },
+		{ { 3, 128, 32, 2, KVS_DTYPE_F16, 128, 128 },
+		  KVS_DTYPE_F16, 5, 40, SRC_STRIDES },
+		{ { 2, 128, 32, 4, KVS_DTYPE_BF16, 128, 128 },
+		  KVS_DTYPE_BF16, 3, 8, SRC_ARRAY },
+		{ { 2, 128, 32, 4, KVS_DTYPE_F32, 256, 128 },
+		  KVS_DTYPE_F16, 2, 16, SRC_STRIDES },
+		{ { 3, 128, 32, 2, KVS_DTYPE_BF16, 128, 128 },
+		  KVS_DTYPE_BF16, 2, 8, SRC_UNALIGNED },
+		{ { 4, 64, 32, 2, KVS_DTYPE_F16, 128, 128 },
+		  KVS_DTYPE_F16, 3, 8, SRC_STRIDES },
+		{ { 4, 64, 32, 4, KVS_DTYPE_BF16, 256, 128 },
+		  KVS_DTYPE_BF16, 2, 0, SRC_ARRAY },
+		{ { 1, 64, 32, 2, KVS_DTYPE_F32, 128, 128 },
+		  KVS_DTYPE_BF16, 3, 24, SRC_STRIDES },
+		{ { 3, 64, 32, 4, KVS_DTYPE_F32, 128, 128 },
+		  KVS_DTYPE_F16, 2, 0, SRC_UNALIGNED },
+		{ { 2, 64, 32, 4, KVS_DTYPE_F16, 128, 128 },
+		  KVS_DTYPE_F16, 2, 16, SRC_ARRAY },
+		/* generic kernel: other G, fp32 input, unaligned rows */
+		{ { 3, 64, 16, 4, KVS_DTYPE_BF16, 256, 128 },
+		  KVS_DTYPE_BF16, 2, 0, SRC_STRIDES },
+		{ { 1, 128, 64, 2, KVS_DTYPE_F32, 128, 128 },
+		  KVS_DTYPE_F16, 2, 0, SRC_STRIDES },
+		{ { 2, 128, 32, 2, KVS_DTYPE_F16, 128, 128 },
+		  KVS_DTYPE_F32, 2, 4, SRC_ARRAY },
+		{ { 2, 64, 32, 4, KVS_DTYPE_BF16, 128, 128 },
+		  KVS_DTYPE_F16, 2, 3, SRC_STRIDES },
 	};
 
 	(void)state;
@@ -169,27 +273,26 @@ static void test_bit_exact(void **state)
 }
 
 /* One bad element: both implementations refuse with the same error. */
-static void check_refused(enum kvs_dtype in, enum kvs_dtype meta, float bad,
-			  int key, int want)
+static void check_refused(const struct seal_case *c, float bad, int key,
+			  int want)
 {
-	struct seal_case c = { { 2, 128, 32, 2, (uint8_t)meta, 128, 128 },
-			       in, 2 };
+	const struct kvs_shape *s = &c->shape;
+	size_t per_block = (size_t)s->span * s->kv_heads * s->head_dim;
 	struct kvs_layout lay;
-	uint8_t *k = make_input(&c, 1), *v = make_input(&c, 0);
-	size_t n = (size_t)c.blocks * 128 * 2 * 128;
-	size_t at = gpu_below(&rng, (uint32_t)n);
+	uint8_t *k = make_input(c, 1), *v = make_input(c, 0);
+	size_t at = gpu_below(&rng, (uint32_t)(c->blocks * per_block));
 	uint8_t *host, *cpu;
 	void *bk, *bv;
 
-	kvs_store(in, key ? k : v, at, bad);
-	assert_int_equal(kvs_block_layout(&c.shape, &lay), 0);
-	host = malloc(c.blocks * (size_t)lay.total_size + 4096);
+	kvs_store(c->in, key ? k : v, at, bad);
+	assert_int_equal(kvs_block_layout(s, &lay), 0);
+	host = malloc(c->blocks * (size_t)lay.total_size + 4096);
 	cpu = malloc(lay.total_size);
-	assert_int_equal(gpu_seal(&c, k, v, host, (lay.total_size + 255) /
-						  256 * 256), want);
-	bk = block_input(&c, k, (uint32_t)(at / (128 * 2 * 128)));
-	bv = block_input(&c, v, (uint32_t)(at / (128 * 2 * 128)));
-	assert_int_equal(kvs_block_quantize(&c.shape, in, bk, bv, cpu), want);
+	assert_int_equal(gpu_seal(c, k, v, host, (lay.total_size + 255) /
+						 256 * 256), want);
+	bk = block_input(c, k, (uint32_t)(at / per_block));
+	bv = block_input(c, v, (uint32_t)(at / per_block));
+	assert_int_equal(kvs_block_quantize(s, c->in, bk, bv, cpu), want);
 	free(bk);
 	free(bv);
 	free(cpu);
@@ -200,15 +303,30 @@ static void check_refused(enum kvs_dtype in, enum kvs_dtype meta, float bad,
 
 static void test_refusals(void **state)
 {
+	/* fast path (both D, both widths, an src array) and generic */
+	static const struct seal_case fast[] = {
+		{ { 2, 128, 32, 2, KVS_DTYPE_F16, 128, 128 },
+		  KVS_DTYPE_F16, 2, 0, SRC_STRIDES },
+		{ { 2, 64, 32, 4, KVS_DTYPE_F16, 128, 128 },
+		  KVS_DTYPE_F16, 2, 8, SRC_ARRAY },
+		{ { 2, 128, 16, 2, KVS_DTYPE_F16, 128, 128 },
+		  KVS_DTYPE_F16, 2, 0, SRC_STRIDES },
+	};
+
 	(void)state;
-	check_refused(KVS_DTYPE_F16, KVS_DTYPE_F16, NAN, 1, -KVS_ENONFINITE);
-	check_refused(KVS_DTYPE_F16, KVS_DTYPE_F16, INFINITY, 0,
-		      -KVS_ENONFINITE);
-	check_refused(KVS_DTYPE_BF16, KVS_DTYPE_F16, -INFINITY, 1,
-		      -KVS_ENONFINITE);
-	/* bf16 input far outside fp16: the origin overflows fp16 metadata */
-	check_refused(KVS_DTYPE_BF16, KVS_DTYPE_F16, -1.0e6f, 1, -KVS_ERANGE);
-	check_refused(KVS_DTYPE_BF16, KVS_DTYPE_F16, 3.0e5f, 0, -KVS_ERANGE);
+	for (size_t i = 0; i < sizeof(fast) / sizeof(fast[0]); i++) {
+		struct seal_case c = fast[i];
+
+		check_refused(&c, NAN, 1, -KVS_ENONFINITE);
+		check_refused(&c, INFINITY, 0, -KVS_ENONFINITE);
+		c.in = KVS_DTYPE_BF16;
+		check_refused(&c, -INFINITY, 1, -KVS_ENONFINITE);
+		check_refused(&c, NAN, 0, -KVS_ENONFINITE);
+		/* bf16 input far outside fp16: the origin or the step
+		 * (also at b = 4) overflows fp16 metadata */
+		check_refused(&c, -1.0e6f, 1, -KVS_ERANGE);
+		check_refused(&c, 1.1e6f, 0, -KVS_ERANGE);
+	}
 }
 
 /* The CUDA backend's whole images (header, checksums) equal the CPU's,
@@ -218,7 +336,7 @@ static void test_backend(void **state)
 	const struct kvs_backend_ops *gpu = kvs_backend_cuda();
 	const struct kvs_backend_ops *cpu = kvs_backend_cpu();
 	struct seal_case c = { { 4, 128, 32, 2, KVS_DTYPE_F16, 128, 128 },
-			       KVS_DTYPE_F16, 1 };
+			       KVS_DTYPE_F16, 1, 0, SRC_STRIDES };
 	struct kvs_ident id;
 	struct kvs_layout lay;
 	struct kvs_view view;
