@@ -277,8 +277,9 @@ __global__ void seal_kernel(const seal_params p)
  *          the D/32 groups of one token.
  * A code is u = sat((x - origin) * 1/(levels*step)) and the integer
  * rint(u * levels * (1 -+ 2^-20)) taken from the low bits of an FFMA with
- * 1.5 * 2^23: both bracket the IEEE quotient of the reference (its rounding
- * and the reciprocal's are < 2^-21 relative), so where the two words agree
+ * 1.5 * 2^23: both bracket the IEEE quotient of the reference (the
+ * roundings of the quotient, of levels*step, of the reciprocal (1 ulp) and
+ * of the product add up to < 5 * 2^-24 relative), so where the two agree
  * every code is the reference's; where they differ (a quotient within
  * ~1e-6 of a half-integer) the word is recomputed with __fdiv_rn exactly
  * as quant_code does.
@@ -373,11 +374,11 @@ static __device__ __noinline__ unsigned exact_code(float x, float o, float cs)
 
 /*
  * group_meta without branches, for metadata type MT, plus the factor codes
- * multiply by: 1 / (levels * step), 0 for a constant group, NaN (the item
- * then takes exact_code) when levels * step is outside [2^-125, 2^125],
- * where it or its reciprocal would not be a normal number with its 2^-24
- * relative rounding.  Non-finite extremes also raise
- * KVS_CUDA_FLAG_NONFINITE.
+ * multiply by: 1 / (levels * step) within 1 ulp (MUFU.RCP), 0 for a
+ * constant group, NaN (the item then takes exact_code) when levels * step
+ * is outside [2^-125, 2^125], where it or its reciprocal would not be a
+ * normal number with its 2^-24 relative rounding.  Non-finite extremes
+ * also raise KVS_CUDA_FLAG_NONFINITE.
  */
 template <int MT, int BITS>
 static __device__ __forceinline__ unsigned fast_meta(float lo, float hi,
@@ -386,7 +387,7 @@ static __device__ __forceinline__ unsigned fast_meta(float lo, float hi,
 {
 	const float levels = (float)((1 << BITS) - 1);
 	bool nonfinite = !isfinite(lo) || !isfinite(hi);
-	float mo, ms, sl;
+	float mo, ms, sl, r;
 	bool flat, bad;
 
 	lo = __fadd_rn(lo, 0.0f);
@@ -397,13 +398,14 @@ static __device__ __forceinline__ unsigned fast_meta(float lo, float hi,
 	bad = !isfinite(mo) || !isfinite(ms) ||
 	      (!flat && !isfinite(fmaf(ms, levels, mo)));
 	sl = __fmul_rn(ms, levels);
+	asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(sl));
 	*o = mo;
 	*s = flat || bad ? 1.0f : ms;
 	*cs = flat || bad ? INFINITY : ms;
 	*rq = flat || bad ? 0.0f :
 	      sl >= __int_as_float(0x01000000) &&   /* 2^-125 */
 	      sl <= __int_as_float(0x7e000000) ?    /* 2^125 */
-	      __frcp_rn(sl) : __int_as_float(0x7fc00000);
+	      r : __int_as_float(0x7fc00000);
 	return (nonfinite ? KVS_CUDA_FLAG_NONFINITE : 0) |
 	       (bad ? KVS_CUDA_FLAG_RANGE : 0);
 }
