@@ -1,7 +1,10 @@
 /*
  * seal.cu - quantize and pack full-precision K/V into block images.
  *
- * One CTA per (Key group g of G tokens, head h, block n).  It stages the
+ * Two kernels: seal_fast_kernel for G = 32, D = 64/128, fp16/bf16 rows
+ * 16-byte aligned (one warp per 32-token Key or Value tile, see "Fast
+ * path" below), and seal_kernel for every other shape:
+ * one CTA per (Key group g of G tokens, head h, block n).  It stages the
  * G x D tile of K and of V in shared memory as fp32 (exact widening), then
  *   1. Key metadata, one thread per channel (min/max along time),
  *   2. Value metadata, one thread per (token, channel group),
@@ -275,6 +278,8 @@ __global__ void seal_kernel(const seal_params p)
  *   Value: min/max of its 16 channels per token, the two lanes of a
  *          32-channel group combined through shared memory, each lane then
  *          the D/32 groups of one token.
+ * Codes are written a 32-bit word (b = 2) or two (b = 4) per lane and
+ * token: 128 contiguous bytes per warp store.
  * A code is u = sat((x - origin) * 1/(levels*step)) and the integer
  * rint(u * levels * (1 -+ 2^-20)) taken from the low bits of an FFMA with
  * 1.5 * 2^23: both bracket the IEEE quotient of the reference (the

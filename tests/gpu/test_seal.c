@@ -255,6 +255,8 @@ static void test_bit_exact(void **state)
 		  KVS_DTYPE_F16, 2, 0, SRC_UNALIGNED },
 		{ { 2, 64, 32, 4, KVS_DTYPE_F16, 128, 128 },
 		  KVS_DTYPE_F16, 2, 16, SRC_ARRAY },
+		{ { 2, 128, 32, 4, KVS_DTYPE_F32, 128, 128 },
+		  KVS_DTYPE_BF16, 2, 0, SRC_ARRAY },
 		/* generic kernel: other G, fp32 input, unaligned rows */
 		{ { 3, 64, 16, 4, KVS_DTYPE_BF16, 256, 128 },
 		  KVS_DTYPE_BF16, 2, 0, SRC_STRIDES },
