@@ -631,14 +631,8 @@ static __device__ __forceinline__ void fast_regs(const uint8_t *sm, int lane,
 		uint4 u = *(const uint4 *)(a + i * rpt * rowb);
 		uint4 v = *(const uint4 *)(b + i * rpt * rowb);
 
-		x[i][0] = u.x;
-		x[i][1] = u.y;
-		x[i][2] = u.z;
-		x[i][3] = u.w;
-		x[i][4] = v.x;
-		x[i][5] = v.y;
-		x[i][6] = v.z;
-		x[i][7] = v.w;
+		memcpy(&x[i][0], &u, 16);
+		memcpy(&x[i][4], &v, 16);
 	}
 }
 
@@ -669,14 +663,15 @@ static __device__ __forceinline__ void fast_key(const seal_params &p,
 			hi[j] = X::mx(hi[j], x[i][j]);
 		}
 	}
-	*(uint4 *)&plo[r * D / 2 + c * 8] = make_uint4(lo[0], lo[1], lo[2],
-						       lo[3]);
-	*(uint4 *)&plo[r * D / 2 + c * 8 + 4] = make_uint4(lo[4], lo[5], lo[6],
-							   lo[7]);
-	*(uint4 *)&phi[r * D / 2 + c * 8] = make_uint4(hi[0], hi[1], hi[2],
-						       hi[3]);
-	*(uint4 *)&phi[r * D / 2 + c * 8 + 4] = make_uint4(hi[4], hi[5], hi[6],
-							   hi[7]);
+#pragma unroll
+	for (int j = 0; j < 8; j += 4) {
+		uint4 u, v;
+
+		memcpy(&u, &lo[j], 16);
+		memcpy(&v, &hi[j], 16);
+		*(uint4 *)&plo[r * D / 2 + c * 8 + j] = u;
+		*(uint4 *)&phi[r * D / 2 + c * 8 + j] = v;
+	}
 	__syncwarp();
 #pragma unroll
 	for (int k = 0; k < mpl / 2; k++) {
