@@ -69,7 +69,8 @@ class Seal(C.Structure):
                 ("head_stride", C.c_int64), ("src", C.c_void_p),
                 ("blocks", C.c_uint32), ("images", C.c_void_p),
                 ("image_stride", C.c_uint64), ("dst", C.c_void_p),
-                ("status", C.c_void_p), ("stream", C.c_void_p)]
+                ("status", C.c_void_p), ("stream", C.c_void_p),
+                ("v_head_stride", C.c_int64)]
 
 
 def load(path):

@@ -28,7 +28,6 @@ static int resid_check(const struct kvs_cuda_resid *st, resid_params *p)
 	    (st->dtype != KVS_DTYPE_F16 && st->dtype != KVS_DTYPE_BF16) ||
 	    !st->k_resid || !st->v_resid || !st->seqs ||
 	    st->k_resid_stride < s->residual ||
-	    st->v_resid_stride != st->k_resid_stride ||
 	    st->v_resid_stride < 2 * s->residual + 2) {
 		kvs_log(KVS_LOG_ERR, "cuda residual: bad state description");
 		return -KVS_EPARAM;
@@ -179,6 +178,7 @@ int kvs_cuda_resid_seal(const struct kvs_cuda_resid *st,
 	seal.block_stride = 0;
 	seal.token_stride = p.D;
 	seal.head_stride = (int64_t)p.k_stride * p.D;
+	seal.v_head_stride = (int64_t)p.v_stride * p.D;
 	seal.src = (const void *const *)src;
 	seal.blocks = count;
 	seal.images = pool;

@@ -24,7 +24,7 @@ struct seal_params {
 	int heads, D, G, bits, S, meta, in_dtype;
 	struct dev_layout lay;
 	const void *keys, *values;
-	int64_t block_stride, token_stride, head_stride;
+	int64_t block_stride, token_stride, head_stride, v_head_stride;
 	const void *const *src;
 	uint8_t *images;
 	uint64_t image_stride;
@@ -35,14 +35,15 @@ struct seal_params {
 /* Loads the G x D tile of tokens [t0, t0+G) of one head to smem rows of
  * D+1 floats; returns nonzero if any value is not finite. */
 static __device__ int load_tile(const seal_params &p, const void *src,
-				int t0, int h, float *tile)
+				int64_t head_stride, int t0, int h,
+				float *tile)
 {
 	const int D = p.D, G = p.G, pitch = D + 1;
 	int bad = 0;
 	size_t esz = p.in_dtype == KVS_DTYPE_F32 ? 4 : 2;
 	const uint8_t *base = (const uint8_t *)src +
 		((int64_t)t0 * p.token_stride +
-		 (int64_t)h * p.head_stride) * esz;
+		 (int64_t)h * head_stride) * esz;
 	bool vec = esz == 2 && (D % 8) == 0 && (p.token_stride % 8) == 0 &&
 		   ((uintptr_t)base % 16) == 0;
 
@@ -200,7 +201,8 @@ __global__ void seal_kernel(const seal_params p)
 		       p.image_stride;
 	if (threadIdx.x == 0)
 		flags = 0;
-	if (load_tile(p, ksrc, t0, h, ktile) | load_tile(p, vsrc, t0, h, vtile))
+	if (load_tile(p, ksrc, p.head_stride, t0, h, ktile) |
+	    load_tile(p, vsrc, p.v_head_stride, t0, h, vtile))
 		flag |= KVS_CUDA_FLAG_NONFINITE;
 	__syncthreads();
 
@@ -577,7 +579,8 @@ static __device__ __forceinline__ fast_item_pos fast_locate(
 		base = (const uint8_t *)(q.value ? p.values : p.keys) +
 		       (int64_t)n * p.block_stride * 2;
 	q.src = base + ((int64_t)q.g * 32 * p.token_stride +
-			(int64_t)q.h * p.head_stride) * 2;
+			(int64_t)q.h * (q.value ? p.v_head_stride :
+					 p.head_stride)) * 2;
 	q.img = p.images + (uint64_t)(p.dst ? p.dst[n] : (int32_t)n) *
 		p.image_stride;
 	return q;
@@ -872,7 +875,7 @@ static seal_fast_fn seal_fast_pick(const struct kvs_cuda_seal *a,
 	    (s->head_dim != 64 && s->head_dim != 128) ||
 	    (a->in_dtype != KVS_DTYPE_F16 && a->in_dtype != KVS_DTYPE_BF16) ||
 	    a->token_stride % 8 || a->head_stride % 8 ||
-	    (uintptr_t)a->images % 16 || items >= (1u << 31))
+	    a->v_head_stride % 8 || (uintptr_t)a->images % 16 || items >= (1u << 31))
 		return NULL;
 	if (!a->src && (a->block_stride % 8 || (uintptr_t)a->keys % 16 ||
 			(uintptr_t)a->values % 16))
@@ -999,6 +1002,8 @@ int kvs_cuda_seal_blocks(const struct kvs_cuda_seal *a)
 	p.block_stride = a->block_stride;
 	p.token_stride = a->token_stride;
 	p.head_stride = a->head_stride;
+	p.v_head_stride = a->v_head_stride ? a->v_head_stride :
+			  a->head_stride;
 	p.src = a->src;
 	p.images = a->images;
 	p.image_stride = a->image_stride;

@@ -49,6 +49,7 @@ int kvs_cuda_host_register(void *base, size_t len, bool unregister);
  * Seal: full-precision K/V of @blocks spans of S tokens -> block images.
  * Input element (block n, head h, token t, channel d) is read at
  *   src + t * token_stride + h * head_stride + d      (in elements)
+ * (for values h * v_head_stride when that is nonzero)
  * where src is keys/values + n * block_stride, or, when @src is given,
  * the device pointers src[2n] (keys) and src[2n + 1] (values).
  * Output: the six sections of image n = images + dst(n) * image_stride,
@@ -67,6 +68,7 @@ struct kvs_cuda_seal {
 	const int32_t *dst; /* device [blocks] or NULL */
 	uint32_t *status; /* device flag word, or NULL */
 	void *stream;
+	int64_t v_head_stride; /* elements; 0: head_stride */
 };
 
 /*

@@ -32,7 +32,10 @@ static void test_decode_loop(void **state)
 	struct kvs_cuda_resid st;
 	struct kvs_cuda_attn a;
 	struct kvs_layout lay;
-	const uint32_t stride = 2 * R + 2, max_pages = STEPS / R + 1;
+	/* different row counts for K and V: each part's head stride is its
+	 * own (the Key residual needs R rows, the Value FIFO 2R + 2) */
+	const uint32_t kstride = R + 3, stride = 2 * R + 2;
+	const uint32_t max_pages = STEPS / R + 1;
 	uint64_t pstride;
 	float q[B][HQ * D], k[B][H * D], v[B][H * D];
 	float out[B][HQ * D], ref[HQ * D];
@@ -56,9 +59,10 @@ static void test_decode_loop(void **state)
 	st.shape = shape;
 	st.batch = B;
 	st.dtype = KVS_DTYPE_F16;
-	st.k_resid = gpu_alloc((size_t)B * H * stride * D * 2);
+	st.k_resid = gpu_alloc((size_t)B * H * kstride * D * 2);
 	st.v_resid = gpu_alloc((size_t)B * H * stride * D * 2);
-	st.k_resid_stride = st.v_resid_stride = stride;
+	st.k_resid_stride = kstride;
+	st.v_resid_stride = stride;
 	st.seqs = gpu_alloc(sizeof(struct kvs_cuda_seq) * B);
 	cudaMemset(st.seqs, 0, sizeof(struct kvs_cuda_seq) * B);
 	st.page_table = gpu_alloc(sizeof(int32_t) * B * max_pages);
@@ -85,7 +89,8 @@ static void test_decode_loop(void **state)
 	a.seqs = st.seqs;
 	a.k_resid = st.k_resid;
 	a.v_resid = st.v_resid;
-	a.k_resid_stride = a.v_resid_stride = stride;
+	a.k_resid_stride = kstride;
+	a.v_resid_stride = stride;
 	a.out = gpu_alloc(sizeof(out));
 	a.workspace_size = kvs_cuda_attn_workspace(&a);
 	a.workspace = gpu_alloc(a.workspace_size);
