@@ -30,6 +30,7 @@ struct seal_params {
 	uint64_t image_stride;
 	const int32_t *dst;
 	uint32_t *status;
+	uint32_t blocks;
 };
 
 /* Loads the G x D tile of tokens [t0, t0+G) of one head to smem rows of
@@ -516,7 +517,12 @@ static __device__ __forceinline__ void store_words(uint32_t *at,
 		*(uint2 *)at = make_uint2(w[0], w[1]);
 }
 
-/* Item ((n * heads + h) * S/32 + g) * 2 + value as its digits. */
+/*
+ * Item (value * blocks + n) * heads + h) * S/32 + g as its digits: all the
+ * Key items, then all the Value items, so that the warps of an SM, which
+ * advance together, run one of the two code paths at a time (each is
+ * ~20 KB of instructions; both at once thrash the instruction cache).
+ */
 struct fast_item {
 	uint32_t value, g, h, n;
 };
@@ -524,9 +530,10 @@ struct fast_item {
 static __device__ __forceinline__ fast_item fast_split(const seal_params &p,
 							uint32_t it)
 {
-	uint32_t tile = it >> 1, gpt = (uint32_t)p.S / 32;
+	uint32_t gpt = (uint32_t)p.S / 32, half = p.blocks * p.heads * gpt;
+	uint32_t value = it >= half, tile = it - value * half;
 	uint32_t rest = tile / gpt, n = rest / (uint32_t)p.heads;
-	fast_item c = { it & 1, tile - rest * gpt,
+	fast_item c = { value, tile - rest * gpt,
 			rest - n * (uint32_t)p.heads, n };
 
 	return c;
@@ -540,9 +547,7 @@ static __device__ __forceinline__ fast_item fast_add(const seal_params &p,
 {
 	uint32_t gpt = (uint32_t)p.S / 32, heads = (uint32_t)p.heads;
 
-	c.value += d.value;
-	c.g += d.g + (c.value >> 1);
-	c.value &= 1;
+	c.g += d.g;
 	if (c.g >= gpt) {
 		c.g -= gpt;
 		c.h++;
@@ -553,6 +558,11 @@ static __device__ __forceinline__ fast_item fast_add(const seal_params &p,
 		c.n++;
 	}
 	c.n += d.n;
+	if (c.n >= p.blocks) {
+		c.n -= p.blocks;
+		c.value++;
+	}
+	c.value += d.value;
 	return c;
 }
 
@@ -1020,6 +1030,7 @@ int kvs_cuda_seal_blocks(const struct kvs_cuda_seal *a)
 	}
 	p.status = status;
 
+	p.blocks = a->blocks;
 	items = (uint64_t)a->blocks * p.heads * (p.S / 32) * 2;
 	fast = seal_fast_pick(a, items);
 	if (fast) {
