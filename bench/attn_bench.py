@@ -59,7 +59,8 @@ class Attn(C.Structure):
                 ("v_resid", C.c_void_p), ("k_resid_stride", C.c_uint32),
                 ("v_resid_stride", C.c_uint32), ("out", C.c_void_p),
                 ("workspace", C.c_void_p), ("workspace_size", C.c_uint64),
-                ("flags", C.c_uint32), ("stream", C.c_void_p)]
+                ("flags", C.c_uint32), ("stream", C.c_void_p),
+                ("max_resid_rows", C.c_uint32)]
 
 
 class Seal(C.Structure):
@@ -168,7 +169,7 @@ def seal_pages(lib, keys, values, pool, first_page, page_stride, status):
         sys.exit("seal failed: %d" % rc)
 
 
-def bench_shape(lib, B, T, bw, runs, page_stride, flags):
+def bench_shape(lib, B, T, bw, runs, page_stride, flags, tail_hint=True):
     torch.manual_seed(B * 1000003 + T)
     P = T // R
     kr, vr = 64, R + 1                  # a kivi step: both residuals live
@@ -230,6 +231,7 @@ def bench_shape(lib, B, T, bw, runs, page_stride, flags):
         a.seqs = seq_t.data_ptr()
         a.k_resid, a.v_resid = k_res.data_ptr(), v_res.data_ptr()
         a.k_resid_stride = a.v_resid_stride = rstride
+        a.max_resid_rows = max(kr, vr) if tail_hint else 0
         a.out = out.data_ptr()
         a.stream = stream_ptr()
         a.flags = flags
@@ -329,6 +331,8 @@ def main():
     ap.add_argument("--flags", type=int, default=0,
                     help="kvs_cuda_attn flags (2: 3-CTA/SM build)")
     ap.add_argument("--no-seal", action="store_true")
+    ap.add_argument("--no-tail-hint", action="store_true",
+                    help="leave max_resid_rows 0 (tail sized by strides)")
     ap.add_argument("--json")
     opt = ap.parse_args()
     lib = load(opt.lib)
@@ -344,7 +348,8 @@ def main():
     results = []
     for spec in opt.shapes.split(","):
         B, T = (int(x) for x in spec.split("x"))
-        r = bench_shape(lib, B, T, bw, opt.runs, page_stride, opt.flags)
+        r = bench_shape(lib, B, T, bw, opt.runs, page_stride, opt.flags,
+                        not opt.no_tail_hint)
         results.append(r)
         print("B=%-3d T=%-7d kvstash %8.1f us  sdpa %8.1f us  x%.2f  "
               "bytes %6.1f MB vs %7.1f MB  bw %3.0f%% vs %3.0f%%  "

@@ -1199,6 +1199,10 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 	const int max_tiles = p->fast_ok ? (int)(a->max_tokens / TILE) : 0;
 	uint32_t rows = a->k_resid_stride > a->v_resid_stride ?
 			a->k_resid_stride : a->v_resid_stride;
+	/* the tail past the last whole history tile is at most the longer
+	 * residual + 31 tokens */
+	if (a->max_resid_rows && a->max_resid_rows < rows)
+		rows = a->max_resid_rows;
 	uint32_t gen_total = p->fast_ok ? rows + TILE - 1 : a->max_tokens;
 	if (gen_total > a->max_tokens)
 		gen_total = a->max_tokens;

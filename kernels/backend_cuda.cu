@@ -282,6 +282,8 @@ static int cuda_attend(const struct kvs_attn *a)
 	c.v_resid = u.v;
 	c.k_resid_stride = a->k_resid_stride;
 	c.v_resid_stride = a->v_resid_stride;
+	c.max_resid_rows = a->k_resid_len > a->v_resid_len ?
+			   a->k_resid_len : a->v_resid_len;
 	c.out = u.out;
 	c.workspace_size = kvs_cuda_attn_workspace(&c);
 	rc = upload(&u.ws, NULL, c.workspace_size);

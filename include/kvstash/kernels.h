@@ -138,6 +138,11 @@ struct kvs_cuda_attn {
 	uint64_t workspace_size;
 	uint32_t flags; /* KVS_CUDA_ATTN_* */
 	void *stream;
+	/* optional: a bound on every sequence's k_resid_len and v_resid_len
+	 * (R + 1 for a kivi decode step), which sizes the residual-tail work
+	 * more tightly than the strides; 0: the strides.  A sequence past it
+	 * loses the tokens beyond: it must hold. */
+	uint32_t max_resid_rows;
 };
 
 #define KVS_CUDA_ATTN_GENERIC 0x1u /* never take the tensor-core path */

@@ -226,6 +226,14 @@ static void run_case(const struct attn_case *c)
 	a.k_resid = gpu_dup(kd, rsz * esz);
 	a.v_resid = gpu_dup(vd, rsz * esz);
 	a.k_resid_stride = a.v_resid_stride = stride;
+	/* the tail bound: exact for the kivi and paper cases, the strides
+	 * (0) for the random ones */
+	for (uint32_t b = 0; c->bounds != RANDOM && b < B; b++) {
+		if (lens[b].k_resid_len > a.max_resid_rows)
+			a.max_resid_rows = lens[b].k_resid_len;
+		if (lens[b].v_resid_len > a.max_resid_rows)
+			a.max_resid_rows = lens[b].v_resid_len;
+	}
 	a.out = gpu_alloc(sizeof(float) * B * Hq * D);
 	a.flags = c->flags;
 	a.workspace_size = kvs_cuda_attn_workspace(&a);
