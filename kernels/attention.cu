@@ -222,7 +222,9 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 	const kvs_cuda_seq sq = p.seqs[b];
 	const int T = sq.k_quant_len + sq.k_resid_len;
 	const int t0 = fast_end(p, sq) + split * p.gen_tps;
-	const int t1 = min(T, t0 + p.gen_tps);
+	/* the last split takes everything left, so a sequence whose residual
+	 * outgrows max_resid_rows costs time, never tokens */
+	const int t1 = split == p.n_gen - 1 ? T : min(T, t0 + p.gen_tps);
 	float *kt = smem, *vt = kt + TILE * pitch;
 	float *qs = vt + TILE * pitch, *acc = qs + HPC * D;
 	float *ss = acc + HPC * D, *ms = ss + HPC * TILE;

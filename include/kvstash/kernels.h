@@ -141,7 +141,7 @@ struct kvs_cuda_attn {
 	/* optional: a bound on every sequence's k_resid_len and v_resid_len
 	 * (R + 1 for a kivi decode step), which sizes the residual-tail work
 	 * more tightly than the strides; 0: the strides.  A sequence past it
-	 * loses the tokens beyond: it must hold. */
+	 * is still computed whole, more slowly. */
 	uint32_t max_resid_rows;
 };
 

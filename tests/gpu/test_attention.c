@@ -32,8 +32,11 @@ struct attn_case {
 	enum bounds bounds;
 	uint32_t min_tokens, max_tokens; /* random lengths in [min, max] */
 	uint32_t multiple;               /* lengths rounded up to this */
-	uint32_t flags;
+	uint32_t flags;                  /* KVS_CUDA_ATTN_*, SHORT_BOUND */
 };
+
+/* test-only flag: max_resid_rows 1, below the truth (still exact) */
+#define SHORT_BOUND 0x80000000u
 
 struct seq_host {
 	struct kvs_cuda_seq len;
@@ -234,8 +237,10 @@ static void run_case(const struct attn_case *c)
 		if (lens[b].v_resid_len > a.max_resid_rows)
 			a.max_resid_rows = lens[b].v_resid_len;
 	}
+	if (c->flags & SHORT_BOUND)
+		a.max_resid_rows = 1;
 	a.out = gpu_alloc(sizeof(float) * B * Hq * D);
-	a.flags = c->flags;
+	a.flags = c->flags & ~SHORT_BOUND;
 	a.workspace_size = kvs_cuda_attn_workspace(&a);
 	assert_true(a.workspace_size > 0);
 	a.workspace = gpu_alloc(a.workspace_size);
@@ -323,6 +328,9 @@ static void test_short(void **state)
 		  KVS_DTYPE_F16, RANDOM, 1, 2000, 0, KVS_CUDA_ATTN_GENERIC },
 		{ "3-CTA build", 5, 2, 4, SHAPE(2, 128, 32, 2, 128),
 		  KVS_DTYPE_F16, RANDOM, 1, 4000, 0, KVS_CUDA_ATTN_OCC3 },
+		{ "residuals past max_resid_rows", 4, 2, 4,
+		  SHAPE(2, 128, 32, 2, 128), KVS_DTYPE_F16, KIVI, 1, 3000, 0,
+		  SHORT_BOUND },
 		{ "biased code operands", 5, 2, 4, SHAPE(2, 128, 32, 2, 128),
 		  KVS_DTYPE_F16, RANDOM, 1, 4000, 0,
 		  KVS_CUDA_ATTN_NO_SUBNORMAL },
