@@ -532,7 +532,7 @@ static __device__ __forceinline__ void issue_tile(const attn_params &p,
 struct fast_state {
 	float acc[16][4];       /* value MMA accumulators */
 	float acc_o[4];         /* sum p*origin, rows (j,g), (j,g+2) */
-	float m, l;             /* running max, lane-partial sum; head ti */
+	float m, l;             /* reference max, lane-partial sum; head ti */
 };
 
 /*
