@@ -1007,21 +1007,6 @@ __global__ void attn_merge_kernel(const attn_params p)
 
 /* ---- host side --------------------------------------------------------- */
 
-static int sm_count(void)
-{
-	static int count;
-	int dev = 0, n = 0;
-
-	if (count)
-		return count;
-	if (cudaGetDevice(&dev) != cudaSuccess ||
-	    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) !=
-	    cudaSuccess || n <= 0)
-		n = 132;
-	count = n;
-	return count;
-}
-
 /*
  * Whether this device's tensor cores take subnormal operands exactly,
  * asked once by subnormal_probe.  Not asked while the stream is being
@@ -1086,26 +1071,16 @@ static size_t fast_smem(int tps, int span)
 /* Fast CTAs that fit on the device at once. */
 static int resident_slots(int fast_ok, uint32_t flags)
 {
-	static int slots[5];
-	int variant, per_sm = 0;
+	int variant;
 	attn_fn fn = pick_kernel(fast_ok, flags, 1, &variant);
+	int slots = kvs_cuda_resident_ctas((const void *)fn, WARPS * 32,
+					   fast_smem(64, 32));
 
-	if (slots[variant])
-		return slots[variant];
-	/* the query counts only what the function may use: above 48 KB that
-	 * must be granted first */
-	if (cudaFuncSetAttribute((const void *)fn,
-			cudaFuncAttributeMaxDynamicSharedMemorySize,
-			(int)fast_smem(64, 32)) != cudaSuccess ||
-	    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn,
-			WARPS * 32, fast_smem(64, 32)) != cudaSuccess ||
-	    per_sm <= 0) {
-		kvs_log(KVS_LOG_WARN, "cuda attend: occupancy query failed, "
-			"planning for 2 CTAs per SM");
-		per_sm = 2;
-	}
-	slots[variant] = per_sm * sm_count();
-	return slots[variant];
+	if (slots > 0)
+		return slots;
+	kvs_log(KVS_LOG_WARN, "cuda attend: occupancy query failed, "
+		"planning for 2 CTAs on each of 132 SMs");
+	return 2 * 132;
 }
 
 static int dtype_ok(int t)
@@ -1286,10 +1261,7 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 	int variant;
 	attn_fn fn = pick_kernel(p.fast_ok, a->flags, sub, &variant);
 
-	if (smem > 48 * 1024)
-		rc = KVS_CUDA_CHECK(cudaFuncSetAttribute((const void *)fn,
-				cudaFuncAttributeMaxDynamicSharedMemorySize,
-				(int)smem));
+	rc = kvs_cuda_grant_smem((const void *)fn, smem);
 	if (!rc)
 		fn<<<grid, WARPS * 32, smem, stream>>>(p);
 	if (!rc)

@@ -37,6 +37,16 @@ struct dev_layout {
 int kvs_cuda_layout(const struct kvs_shape *shape, struct dev_layout *out,
 		    uint32_t *total);
 
+/* launch.cu: answers kept per thread and kernel. */
+/* Streaming multiprocessors of the current device; 0 on failure (logged). */
+int kvs_cuda_sm_count(void);
+/* Lets @fn use @smem bytes of dynamic shared memory (needed above 48 KB);
+ * 0 or -KVS_ECUDA. */
+int kvs_cuda_grant_smem(const void *fn, size_t smem);
+/* CTAs of @fn (@threads threads, @smem dynamic shared memory, granted
+ * here) resident on the whole device at once; 0 on failure (logged). */
+int kvs_cuda_resident_ctas(const void *fn, int threads, size_t smem);
+
 __device__ __forceinline__ float ld_elem(int dt, const void *p, size_t i)
 {
 	if (dt == KVS_DTYPE_F32)

@@ -900,29 +900,15 @@ static seal_fast_fn seal_fast_pick(const struct kvs_cuda_seal *a,
 static int seal_fast_launch(seal_fast_fn fn, const seal_params &p,
 			    uint32_t items, cudaStream_t stream)
 {
-	size_t smem = (size_t)FAST_WARPS * 2 * 32 * p.D * 2;
-	int dev = 0, sms = 0, per_sm = 0;
-	uint32_t grid;
-	int rc = KVS_CUDA_CHECK(cudaFuncSetAttribute((const void *)fn,
-			cudaFuncAttributeMaxDynamicSharedMemorySize,
-			(int)smem));
+	const size_t smem = (size_t)FAST_WARPS * 2 * 32 * p.D * 2;
+	const int fit = kvs_cuda_resident_ctas((const void *)fn,
+					       FAST_WARPS * 32, smem);
+	uint32_t grid = (items + FAST_WARPS - 1) / FAST_WARPS;
 
-	if (!rc)
-		rc = KVS_CUDA_CHECK(cudaGetDevice(&dev));
-	if (!rc)
-		rc = KVS_CUDA_CHECK(cudaDeviceGetAttribute(&sms,
-				cudaDevAttrMultiProcessorCount, dev));
-	if (!rc)
-		rc = KVS_CUDA_CHECK(
-			cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm,
-				(const void *)fn, FAST_WARPS * 32, smem));
-	if (rc)
-		return rc;
-	grid = (items + FAST_WARPS - 1) / FAST_WARPS;
-	if (per_sm < 1)
-		per_sm = 1;
-	if (grid > (uint32_t)(sms * per_sm))
-		grid = (uint32_t)(sms * per_sm);
+	if (fit <= 0)
+		return -KVS_ECUDA;
+	if (grid > (uint32_t)fit)
+		grid = (uint32_t)fit;
 	fn<<<grid, FAST_WARPS * 32, smem, stream>>>(p, items);
 	return KVS_CUDA_CHECK(cudaGetLastError());
 }
@@ -1040,10 +1026,7 @@ int kvs_cuda_seal_blocks(const struct kvs_cuda_seal *a)
 				       3 * p.G * (p.D / p.G)) * sizeof(float);
 		dim3 grid(p.S / p.G, p.heads, a->blocks);
 
-		if (smem > 48 * 1024)
-			rc = KVS_CUDA_CHECK(cudaFuncSetAttribute(seal_kernel,
-				cudaFuncAttributeMaxDynamicSharedMemorySize,
-				(int)smem));
+		rc = kvs_cuda_grant_smem((const void *)seal_kernel, smem);
 		if (!rc) {
 			seal_kernel<<<grid, 256, smem, stream>>>(p);
 			rc = KVS_CUDA_CHECK(cudaGetLastError());
