@@ -370,26 +370,23 @@ static __device__ __forceinline__ void cp_wait(void)
 	asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
 }
 
-static __device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0,
+/* D = A * B + D, m16n8k16, fp32 accumulators; A and B bf16 or fp16. */
+#define MMA16816(type)							\
+	asm("mma.sync.aligned.m16n8k16.row.col.f32." type "." type ".f32 "	\
+	    "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"	\
+	    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])		\
+	    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
+
+template <bool BF16>
+static __device__ __forceinline__ void mma16816(float c[4], uint32_t a0,
 						uint32_t a1, uint32_t a2,
 						uint32_t a3, uint32_t b0,
 						uint32_t b1)
 {
-	asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-	    "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-	    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-	    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-static __device__ __forceinline__ void mma_f16(float c[4], uint32_t a0,
-					       uint32_t a1, uint32_t a2,
-					       uint32_t a3, uint32_t b0,
-					       uint32_t b1)
-{
-	asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-	    "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-	    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-	    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+	if (BF16)
+		MMA16816("bf16");
+	else
+		MMA16816("f16");
 }
 
 /* Four 8x8 matrices of 16-bit elements from shared memory (lane L gives
@@ -672,7 +669,7 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 			for (int hs = 0; hs < 2; hs++) {
 				const int s = 2 * pr + hs;
 
-				mma_bf16(c[hs],
+				mma16816<true>(c[hs],
 					 code_pair<SUB, true>(w0.x, w0.x >> 8, s),
 					 code_pair<SUB, true>(w1.x, w1.x >> 8, s),
 					 code_pair<SUB, true>(w0.y, w0.y >> 8, s),
@@ -754,12 +751,12 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 		for (int nt = 0; nt < 16; nt++) {
 			const int hf = nt >> 3, pos = nt & 7;
 
-			mma_f16(st.acc[nt], a[0], a[1], a[2], a[3],
+			mma16816<false>(st.acc[nt], a[0], a[1], a[2], a[3],
 				code_pair<SUB, false>(y[hf][0], y8[hf][0], pos),
 				code_pair<SUB, false>(y[hf][1], y8[hf][1], pos));
 		}
-		mma_f16(st.acc_o, ao[0], ao[1], ao[2], ao[3], 0x3C003C00u,
-			0x3C003C00u);
+		mma16816<false>(st.acc_o, ao[0], ao[1], ao[2], ao[3],
+				0x3C003C00u, 0x3C003C00u);
 	}
 	__syncwarp();
 }
@@ -933,10 +930,10 @@ __global__ void subnormal_probe(int *ok)
 	float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f }, d[4] = { 0, 0, 0, 0 };
 	const int lane = threadIdx.x;
 
-	mma_bf16(c, 0x00010001u, 0x00C000C0u, 0x00010001u, 0x00C000C0u,
-		 0x71807180u, 0x71807180u);
-	mma_f16(d, 0x00030003u, 0x00030003u, 0x00030003u, 0x00030003u,
-		0x3C003C00u, 0x3C003C00u);
+	mma16816<true>(c, 0x00010001u, 0x00C000C0u, 0x00010001u,
+		       0x00C000C0u, 0x71807180u, 0x71807180u);
+	mma16816<false>(d, 0x00030003u, 0x00030003u, 0x00030003u,
+			0x00030003u, 0x3C003C00u, 0x3C003C00u);
 	bool good = c[0] == 0x1p-29f && c[1] == 0x1p-29f &&
 		    c[2] == 16.0f * 192.0f * 0x1p-33f &&
 		    c[3] == 16.0f * 192.0f * 0x1p-33f;
