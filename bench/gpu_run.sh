@@ -30,7 +30,7 @@ if [ -n "$NCU" ]; then
 		--section LaunchStats --section MemoryWorkloadAnalysis \
 		python3 bench/attn_bench.py --shapes 8x32768 --runs 2 --no-seal \
 		--lib build-gpu/kernels/libkvstash_cuda.so >"$out/ncu.txt" 2>&1
-	ncu --clock-control none -k regex:seal_kernel -c 1 \
+	ncu --clock-control none -k regex:seal_ -c 1 \
 		--section SpeedOfLight --section WarpStateStats \
 		python3 bench/attn_bench.py --shapes 1x32768 --runs 2 \
 		--lib build-gpu/kernels/libkvstash_cuda.so >"$out/ncu_seal.txt" 2>&1

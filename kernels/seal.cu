@@ -649,6 +649,31 @@ static __device__ __forceinline__ void fast_regs(const uint8_t *sm, int lane,
 	}
 }
 
+/*
+ * Chunk @i (run-time) of a lane's register array, through a switch: x[i]
+ * itself would move the array to local memory, and unrolling the chunk
+ * loop instead repeats the quantizer's ~120 instructions per chunk, which
+ * the instruction cache does not hold (its stall was the largest).
+ */
+template <int NC>
+static __device__ __forceinline__ void pick_chunk(const uint32_t (*x)[8],
+						  int i, uint32_t out[8])
+{
+#define PICK(k)							\
+	case k:							\
+		for (int e = 0; e < 8; e++)			\
+			out[e] = x[(k) < NC ? (k) : 0][e];	\
+		break
+	switch (i) {
+	PICK(0); PICK(1); PICK(2); PICK(3);
+	PICK(4); PICK(5); PICK(6);
+	default:
+		for (int e = 0; e < 8; e++)
+			out[e] = x[NC - 1][e];
+	}
+#undef PICK
+}
+
 /* Key item: metadata per channel over the 32 tokens. */
 template <typename X, int D, int BITS, int MT>
 static __device__ __forceinline__ void fast_key(const seal_params &p,
@@ -727,12 +752,12 @@ static __device__ __forceinline__ void fast_key(const seal_params &p,
 	}
 	uint32_t *kc = (uint32_t *)(q.img + p.lay.off[KVS_SEC_KEY_CODES]) +
 		       ((size_t)q.h * p.S + q.g * 32) * wpr + c * (BITS / 2);
-#pragma unroll
+#pragma unroll 1
 	for (int i = 0; i < nc; i++) {
-		uint32_t w[BITS / 2];
+		uint32_t w[BITS / 2], xi[8];
 
-		quant_chunk<X, BITS, true>(x[i], o, rq, kcs + c * 16, exact,
-					   w);
+		pick_chunk<nc>(x, i, xi);
+		quant_chunk<X, BITS, true>(xi, o, rq, kcs + c * 16, exact, w);
 		store_words<BITS>(kc + (r + i * rpt) * wpr, w);
 	}
 }
@@ -797,13 +822,14 @@ static __device__ __forceinline__ void fast_value(const seal_params &p,
 	__syncwarp();
 	uint32_t *vc = (uint32_t *)(q.img + p.lay.off[KVS_SEC_VAL_CODES]) +
 		       ((size_t)q.h * p.S + q.g * 32) * wpr + c * (BITS / 2);
-#pragma unroll
+#pragma unroll 1
 	for (int i = 0; i < nc; i++) {
 		const int t = r + i * rpt, j = t * mpl + c / 2;
 		float2 pr = vpar[j];
-		uint32_t w[BITS / 2];
+		uint32_t w[BITS / 2], xi[8];
 
-		quant_chunk<X, BITS, false>(x[i], &pr.x, &pr.y, vcs + j, exact,
+		pick_chunk<nc>(x, i, xi);
+		quant_chunk<X, BITS, false>(xi, &pr.x, &pr.y, vcs + j, exact,
 					    w);
 		store_words<BITS>(vc + t * wpr, w);
 	}
