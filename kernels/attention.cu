@@ -87,11 +87,18 @@ static __device__ __forceinline__ int fast_end(const attn_params &p,
 	return (int)(min(sq.k_quant_len, sq.v_quant_len) / TILE) * TILE;
 }
 
+/* A split's partial result: D channels, then its reference m and sum l,
+ * padded to 16 bytes for the merge's vector loads. */
+static __host__ __device__ __forceinline__ int ws_pitch(int D)
+{
+	return D + 4;
+}
+
 static __device__ __forceinline__ float *partial(const attn_params &p, int b,
 						 int qh, int slot)
 {
 	return p.ws + ((size_t)(b * p.Hq + qh) * p.n_slots + slot) *
-		(p.D + 2);
+		ws_pitch(p.D);
 }
 
 static __device__ __forceinline__ const uint8_t *page_of(const attn_params &p,
@@ -212,6 +219,117 @@ static __device__ __forceinline__ float warp_sum(float x)
 
 /* ---- generic path: any format, residuals, partial tiles -------------- */
 
+/*
+ * 16-bit element @k of @raw as float (dt f16 or bf16).
+ */
+static __device__ __forceinline__ float elem16(int dt, const uint4 &raw, int k)
+{
+	const uint32_t w = (&raw.x)[k >> 1];
+	const uint32_t x = k & 1 ? w >> 16 : w & 0xffffu;
+
+	/* both conversions and a select: no branch per element */
+	const float h = __half2float(__ushort_as_half((unsigned short)x));
+	return dt == KVS_DTYPE_F16 ? h : __uint_as_float(x << 16);
+}
+
+/*
+ * One 8-channel item of Key and Value, loaded raw so that all of a
+ * thread's loads are in flight before the first is used (decoding each
+ * item as it arrives serialised eight to sixteen memory round trips per
+ * 32-token chunk).  Residual rows, the Key's origin and step, the codes
+ * and the Value's origin and step, as the token's parts are.
+ */
+struct raw_item {
+	uint4 ka;	/* Key residual row, or the Key origin */
+	uint4 kb;	/* Key step */
+	uint4 va;	/* Value residual row, or .x codes, .y origin | step */
+	uint32_t kw;	/* Key codes */
+};
+
+/* Whether the raw loads apply: 16-bit residuals and metadata, and a
+ * Value group covering whole 8-channel items. */
+static __device__ __forceinline__ bool gen_raw_ok(const attn_params &p)
+{
+	return p.rdt != KVS_DTYPE_F32 && p.meta != KVS_DTYPE_F32 &&
+	       p.G % 8 == 0;
+}
+
+static __device__ __forceinline__ void raw_load(const attn_params &p,
+						const kvs_cuda_seq &sq,
+						const uint8_t *pg, int b,
+						int h, int tok, int d,
+						raw_item &r)
+{
+	const int tt = tok % p.S, bits = p.bits;
+	const size_t row = ((size_t)h * p.S + tt) * (p.D * bits / 8);
+
+	if ((uint32_t)tok < sq.k_quant_len) {
+		const size_t m = ((size_t)h * (p.S / p.G) + tt / p.G) * p.D +
+				 d;
+
+		r.kw = codes8(pg + p.lay.off[KVS_SEC_KEY_CODES] + row, d,
+			      bits);
+		r.ka = *reinterpret_cast<const uint4 *>(
+			pg + p.lay.off[KVS_SEC_KEY_ORIGIN] + 2 * m);
+		r.kb = *reinterpret_cast<const uint4 *>(
+			pg + p.lay.off[KVS_SEC_KEY_STEP] + 2 * m);
+	} else {
+		r.ka = *reinterpret_cast<const uint4 *>(
+			(const uint16_t *)p.k_resid +
+			((size_t)(b * p.Hkv + h) * p.k_stride + tok -
+			 sq.k_quant_len) * p.D + d);
+	}
+	if ((uint32_t)tok < sq.v_quant_len) {
+		const size_t m = ((size_t)h * p.S + tt) * (p.D / p.G) + d / p.G;
+		const uint16_t *ob = reinterpret_cast<const uint16_t *>(
+			pg + p.lay.off[KVS_SEC_VAL_ORIGIN]);
+		const uint16_t *sb = reinterpret_cast<const uint16_t *>(
+			pg + p.lay.off[KVS_SEC_VAL_STEP]);
+
+		r.va.x = codes8(pg + p.lay.off[KVS_SEC_VAL_CODES] + row, d,
+				bits);
+		r.va.y = ob[m] | (uint32_t)sb[m] << 16;
+	} else {
+		r.va = *reinterpret_cast<const uint4 *>(
+			(const uint16_t *)p.v_resid +
+			((size_t)(b * p.Hkv + h) * p.v_stride +
+			 sq.v_resid_start + tok - sq.v_quant_len) * p.D + d);
+	}
+}
+
+/* The Keys and Values of @r, as key8() and val8() compute them. */
+static __device__ __forceinline__ void raw_decode(const attn_params &p,
+						  const kvs_cuda_seq &sq,
+						  int tok, const raw_item &r,
+						  float kx[8], float vx[8])
+{
+	const uint32_t mask = (1u << p.bits) - 1;
+
+	if ((uint32_t)tok < sq.k_quant_len) {
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			kx[k] = fmaf(elem16(p.meta, r.kb, k),
+				     (float)((r.kw >> (k * p.bits)) & mask),
+				     elem16(p.meta, r.ka, k));
+	} else {
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			kx[k] = elem16(p.rdt, r.ka, k);
+	}
+	if ((uint32_t)tok < sq.v_quant_len) {
+		const float o = elem16(p.meta, r.va, 2);
+		const float st = elem16(p.meta, r.va, 3);
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			vx[k] = fmaf(st, (float)((r.va.x >> (k * p.bits)) &
+						 mask), o);
+	} else {
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			vx[k] = elem16(p.rdt, r.va, k);
+	}
+}
+
 static __device__ void generic_cta(const attn_params &p, int split, int h,
 				   int sub, int b, float *smem)
 {
@@ -229,6 +347,7 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 	float *qs = vt + TILE * pitch, *acc = qs + HPC * D;
 	float *ss = acc + HPC * D, *ms = ss + HPC * TILE;
 	float *ls = ms + HPC, *as = ls + HPC;
+	const bool raw = gen_raw_ok(p);
 
 	for (int e = tid; e < HPC * D; e += blockDim.x) {
 		int j = e / D;
@@ -244,9 +363,52 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 		int n = min(TILE, t1 - c0);
 
 		__syncthreads();
-		/* 8 channels per item, 4 items per thread in flight */
+		/* 8 channels per item, 4 items per thread in flight (2 when
+		 * loaded raw, which holds more registers) */
 		const int per_tok = D / 8, items = n * per_tok;
-		for (int base = 0; base < items; base += 4 * blockDim.x) {
+		const uint32_t hist = max(sq.k_quant_len, sq.v_quant_len);
+
+		for (int base = 0; raw && base < items;
+		     base += 2 * blockDim.x) {
+			const uint8_t *pg[2];
+			raw_item r[2];
+
+			/* the pages first, then every load, then the uses */
+#pragma unroll
+			for (int u = 0; u < 2; u++) {
+				const int i = base + u * blockDim.x + tid;
+				const int tok = c0 + i / per_tok;
+
+				pg[u] = i < items && (uint32_t)tok < hist ?
+					page_of(p, b, tok) : nullptr;
+			}
+#pragma unroll
+			for (int u = 0; u < 2; u++) {
+				const int i = base + u * blockDim.x + tid;
+
+				if (i < items)
+					raw_load(p, sq, pg[u], b, h,
+						 c0 + i / per_tok,
+						 i % per_tok * 8, r[u]);
+			}
+#pragma unroll
+			for (int u = 0; u < 2; u++) {
+				const int i = base + u * blockDim.x + tid;
+				const int t = i / per_tok, d = i % per_tok * 8;
+				float kx[8], vx[8];
+
+				if (i >= items)
+					continue;
+				raw_decode(p, sq, c0 + t, r[u], kx, vx);
+#pragma unroll
+				for (int k = 0; k < 8; k++) {
+					kt[t * pitch + d + k] = kx[k];
+					vt[t * pitch + d + k] = vx[k];
+				}
+			}
+		}
+		for (int base = 0; !raw && base < items;
+		     base += 4 * blockDim.x) {
 			float kx[4][8], vx[4][8];
 #pragma unroll
 			for (int u = 0; u < 4; u++) {
@@ -768,22 +930,26 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int gi = lane >> 2, ti = lane & 3;
 	const int hq0 = h * p.gq + sub * HPC, nh = min(HPC, p.gq - sub * HPC);
-	const kvs_cuda_seq sq = p.seqs[b];
-	const int tiles = fast_end(p, sq) / TILE;
-	const int tb = split * p.fast_tps, te = min(tiles, tb + p.fast_tps);
-	const int first = tb + warp;
-	const int mine = first < te ? (te - first + WARPS - 1) / WARPS : 0;
+	const int tb = split * p.fast_tps;
 	uint8_t *wsm = smem + warp * WARP_SMEM;
 	uint8_t *scratch = wsm + STAGES * TILE_BYTES;
 	float *p_s = reinterpret_cast<float *>(scratch + SCRATCH_BYTES);
 	/* the scaled query rows [head][w][20] (16 channels, padded against
-	 * bank conflicts), then this CTA's page indices, staged once */
+	 * bank conflicts), then this CTA's page indices, staged once: all
+	 * the split could cover, read while the sequence's lengths are
+	 * (entries past its end are in the table and never used) */
 	float *qk_s = reinterpret_cast<float *>(smem + WARPS * WARP_SMEM);
 	int32_t *pages = reinterpret_cast<int32_t *>(qk_s + QK_FLOATS);
 	const int page0 = tb * TILE / p.S;
-	const int npages = te > tb ? (te - 1) * TILE / p.S - page0 + 1 : 0;
+	const int npages = min((tb + p.fast_tps - 1) * TILE / p.S - page0 + 1,
+			       (int)p.max_pages - page0);
 	for (int i = tid; i < npages; i += blockDim.x)
 		pages[i] = p.page_table[(size_t)b * p.max_pages + page0 + i];
+	const kvs_cuda_seq sq = p.seqs[b];
+	const int tiles = fast_end(p, sq) / TILE;
+	const int te = min(tiles, tb + p.fast_tps);
+	const int first = tb + warp;
+	const int mine = first < te ? (te - first + WARPS - 1) / WARPS : 0;
 	for (int e = tid; e < HPC * FAST_D; e += blockDim.x) {
 		const int jb = e / FAST_D, d = e % FAST_D;
 		float x = jb < nh ? ld_elem(p.qdt, p.q, (size_t)(b * p.Hq +
@@ -913,6 +1079,8 @@ attn_kernel(const attn_params p)
 	const int b = u / (p.Hkv * p.nsub), r = u % (p.Hkv * p.nsub);
 	const int h = r / p.nsub, sub = r % p.nsub;
 
+	/* the merge may be placed now; it waits for this grid's results */
+	asm volatile("griddepcontrol.launch_dependents;\n");
 	if (FAST && (int)blockIdx.x >= gen)
 		fast_cta<SUB>(p, split, h, sub, b, smem);
 	else
@@ -944,21 +1112,27 @@ __global__ void subnormal_probe(int *ok)
 }
 
 /*
- * One CTA per (sequence, query head): the splits' weights exp2(m_s - max)
- * go to shared memory once, then each thread sums its channels over the
- * splits with four loads in flight (a split is D + 2 floats apart).
+ * One CTA per (sequence, query head).  Launched as a programmatic dependent
+ * of attn_kernel: it may start while the last attention CTAs run and waits
+ * for their results at griddepcontrol.wait.  The splits' weights
+ * exp2(m_s - max) go to shared memory once; then the threads form groups
+ * of D / 4, each group sums a share of the splits with 16-byte loads,
+ * eight in flight, and the groups add up in shared memory.
  */
 __global__ void attn_merge_kernel(const attn_params p)
 {
-	extern __shared__ float w_s[]; /* n_slots weights, then 32 scratch */
-	float *red = w_s + p.n_slots;
+	extern __shared__ float w_s[]; /* n_slots weights, 32 scratch, then
+					* the groups' sums */
+	float *red = w_s + p.n_slots, *sums = red + 32;
 	const int b = blockIdx.x / p.Hq, qh = blockIdx.x % p.Hq;
 	const int D = p.D, n = p.n_slots, tid = threadIdx.x;
 	const int lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
-	const size_t pitch = D + 2;
-	const float *base = partial(p, b, qh, 0);
+	const int pitch = ws_pitch(D), c4 = D / 4;
+	const int groups = blockDim.x / c4, g = tid / c4, c = tid % c4;
 	float mx = -INFINITY, l = 0.0f;
 
+	asm volatile("griddepcontrol.wait;\n" ::: "memory");
+	const float *base = partial(p, b, qh, 0);
 	for (int s = tid; s < n; s += blockDim.x)
 		mx = fmaxf(mx, base[s * pitch + D]);
 	mx = warp_max(mx);
@@ -979,26 +1153,43 @@ __global__ void attn_merge_kernel(const attn_params p)
 	__syncthreads();
 	if (lane == 0)
 		red[warp] = l;
+	if (g < groups) {
+		float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+		for (int s0 = g; mx != -INFINITY && s0 < n; s0 += 8 * groups) {
+			float4 x[8];
+#pragma unroll
+			for (int u = 0; u < 8; u++) {
+				const int s = s0 + u * groups;
+
+				x[u] = s < n ? reinterpret_cast<const float4 *>(
+					base + (size_t)s * pitch)[c] :
+					make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			}
+#pragma unroll
+			for (int u = 0; u < 8; u++) {
+				const int s = s0 + u * groups;
+				const float w = s < n ? w_s[s] : 0.0f;
+
+				o.x = fmaf(w, x[u].x, o.x);
+				o.y = fmaf(w, x[u].y, o.y);
+				o.z = fmaf(w, x[u].z, o.z);
+				o.w = fmaf(w, x[u].w, o.w);
+			}
+		}
+		reinterpret_cast<float4 *>(sums)[g * c4 + c] = o;
+	}
 	__syncthreads();
 	l = 0.0f;
 	for (int w = 0; w < nw; w++)
 		l += red[w];
 	for (int d = tid; d < D; d += blockDim.x) {
-		float o[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-		int s = 0;
+		float o = 0.0f;
 
-		if (mx != -INFINITY) {
-			for (; s + 4 <= n; s += 4)
-#pragma unroll
-				for (int u = 0; u < 4; u++)
-					o[u] = fmaf(w_s[s + u],
-						    base[(s + u) * pitch + d],
-						    o[u]);
-			for (; s < n; s++)
-				o[0] = fmaf(w_s[s], base[s * pitch + d], o[0]);
-		}
+		for (int k = 0; k < groups; k++)
+			o += sums[k * D + d];
 		st_elem(p.odt, p.out, (size_t)(b * p.Hq + qh) * D + d,
-			l > 0.0f ? ((o[0] + o[1]) + (o[2] + o[3])) / l : 0.0f);
+			l > 0.0f ? o / l : 0.0f);
 	}
 }
 
@@ -1086,8 +1277,23 @@ static int dtype_ok(int t)
 }
 
 /* A generic CTA's 32-token chunk costs about this many fast tiles of one
- * warp (H200, version 4: ~8 us against ~2 us). */
+ * warp (H200, version 4: ~8 us against ~2 us); KVS_CUDA_GEN_COST in the
+ * environment overrides it, for measuring. */
 #define GEN_CHUNK_COST 4
+
+static double gen_chunk_cost(void)
+{
+	static double cost = -1.0;
+
+	if (cost < 0.0) {
+		const char *e = getenv("KVS_CUDA_GEN_COST");
+		const double x = e ? atof(e) : 0.0;
+
+		cost = x > 0.0 && x < 100.0 ? x : GEN_CHUNK_COST;
+	}
+	return cost;
+}
+#define MERGE_THREADS 128
 
 /*
  * Fast and generic splits per unit: both kinds run side by side, so the
@@ -1111,7 +1317,7 @@ static void plan_split(int units, int slots, int tiles, int chunks,
 	}
 	*n_fast = *n_gen = 1;
 	for (int g = 1; g <= chunks; g++) {
-		const double t_g = GEN_CHUNK_COST * ((chunks + g - 1) / g) + 1;
+		const double t_g = gen_chunk_cost() * ((chunks + g - 1) / g) + 1;
 
 		for (int f = 1; f <= cap && f <= 4 * slots; f++) {
 			const double waves = (units * (f + g) + slots - 1) /
@@ -1207,13 +1413,36 @@ uint64_t kvs_cuda_attn_workspace(const struct kvs_cuda_attn *a)
 
 	if (attn_plan(a, &p))
 		return 0;
-	return (uint64_t)p.B * p.Hq * p.n_slots * (p.D + 2) * sizeof(float);
+	return (uint64_t)p.B * p.Hq * p.n_slots * ws_pitch(p.D) *
+	       sizeof(float);
 }
 
 static size_t generic_smem(int D)
 {
 	return ((size_t)2 * TILE * (D + 4) + 2 * HPC * D + HPC * TILE +
 		3 * HPC) * sizeof(float);
+}
+
+/*
+ * The merge, as a programmatic dependent launch: its CTAs are placed as
+ * soon as every attention CTA has started (attn_kernel lets them at its
+ * top), which hides the launch gap between the two kernels.
+ */
+static int merge_launch(const attn_params &p, cudaStream_t stream)
+{
+	cudaLaunchConfig_t cfg = {};
+	cudaLaunchAttribute attr[1];
+
+	attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	attr[0].val.programmaticStreamSerializationAllowed = 1;
+	cfg.gridDim = dim3(p.B * p.Hq);
+	cfg.blockDim = dim3(MERGE_THREADS);
+	cfg.dynamicSmemBytes = sizeof(float) * (p.n_slots + 32 +
+						4 * MERGE_THREADS);
+	cfg.stream = stream;
+	cfg.attrs = attr;
+	cfg.numAttrs = 1;
+	return KVS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, attn_merge_kernel, p));
 }
 
 int kvs_cuda_attend(const struct kvs_cuda_attn *a)
@@ -1228,7 +1457,7 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 	    a->workspace_size < kvs_cuda_attn_workspace(a) ||
 	    (a->max_tokens && (!a->page_table || !a->pool)) ||
 	    ((uintptr_t)a->q | (uintptr_t)a->k_resid | (uintptr_t)a->v_resid |
-	     (uintptr_t)a->pool) % 16) {
+	     (uintptr_t)a->pool | (uintptr_t)a->workspace) % 16) {
 		kvs_log(KVS_LOG_ERR, "cuda attend: missing buffers");
 		return -KVS_EPARAM;
 	}
@@ -1265,7 +1494,5 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 		rc = KVS_CUDA_CHECK(cudaGetLastError());
 	if (rc)
 		return rc;
-	attn_merge_kernel<<<p.B * p.Hq, 128,
-			    sizeof(float) * (p.n_slots + 32), stream>>>(p);
-	return KVS_CUDA_CHECK(cudaGetLastError());
+	return merge_launch(p, stream);
 }
