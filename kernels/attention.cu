@@ -1111,6 +1111,13 @@ __global__ void subnormal_probe(int *ok)
 		*ok = 0;
 }
 
+/* Floats the merge keeps for @n splits' weights: a multiple of 4, so that
+ * what follows is 16-byte aligned. */
+static __host__ __device__ __forceinline__ int merge_weights(int n)
+{
+	return (n + 3) & ~3;
+}
+
 /*
  * One CTA per (sequence, query head).  Launched as a programmatic dependent
  * of attn_kernel: it may start while the last attention CTAs run and waits
@@ -1121,9 +1128,10 @@ __global__ void subnormal_probe(int *ok)
  */
 __global__ void attn_merge_kernel(const attn_params p)
 {
-	extern __shared__ float w_s[]; /* n_slots weights, 32 scratch, then
-					* the groups' sums */
-	float *red = w_s + p.n_slots, *sums = red + 32;
+	/* n_slots weights (rounded up to 16 bytes), 32 scratch, then the
+	 * groups' sums */
+	extern __shared__ __align__(16) float w_s[];
+	float *red = w_s + merge_weights(p.n_slots), *sums = red + 32;
 	const int b = blockIdx.x / p.Hq, qh = blockIdx.x % p.Hq;
 	const int D = p.D, n = p.n_slots, tid = threadIdx.x;
 	const int lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
@@ -1437,7 +1445,7 @@ static int merge_launch(const attn_params &p, cudaStream_t stream)
 	attr[0].val.programmaticStreamSerializationAllowed = 1;
 	cfg.gridDim = dim3(p.B * p.Hq);
 	cfg.blockDim = dim3(MERGE_THREADS);
-	cfg.dynamicSmemBytes = sizeof(float) * (p.n_slots + 32 +
+	cfg.dynamicSmemBytes = sizeof(float) * (merge_weights(p.n_slots) + 32 +
 						4 * MERGE_THREADS);
 	cfg.stream = stream;
 	cfg.attrs = attr;
