@@ -236,24 +236,25 @@ static __device__ __forceinline__ float elem16(int dt, const uint4 &raw, int k)
  * One 8-channel item of Key and Value, loaded raw so that all of a
  * thread's loads are in flight before the first is used (decoding each
  * item as it arrives serialised eight to sixteen memory round trips per
- * 32-token chunk).  Residual rows, the Key's origin and step, the codes
- * and the Value's origin and step, as the token's parts are.
+ * 32-token chunk): a residual row, or the codes (.x) and, for the Value,
+ * its origin | step << 16 (.y).  The Key's origin and step are shared by
+ * the chunk's tokens and staged in shared memory once.
  */
 struct raw_item {
-	uint4 ka;	/* Key residual row, or the Key origin */
-	uint4 kb;	/* Key step */
-	uint4 va;	/* Value residual row, or .x codes, .y origin | step */
-	uint32_t kw;	/* Key codes */
+	uint4 k, v;
 };
 
-/* Whether the raw loads apply: 16-bit residuals and metadata, and a
- * Value group covering whole 8-channel items. */
+/* Whether the raw loads apply: 16-bit residuals and metadata, a Value
+ * group covering whole 8-channel items, and chunks inside one Key group
+ * and one page (chunks start at multiples of 32 tokens). */
 static __device__ __forceinline__ bool gen_raw_ok(const attn_params &p)
 {
 	return p.rdt != KVS_DTYPE_F32 && p.meta != KVS_DTYPE_F32 &&
-	       p.G % 8 == 0;
+	       p.G % 8 == 0 && p.G % TILE == 0 && p.S % TILE == 0;
 }
 
+/* Issues the loads of the item at (@tok, channels @d); @pg is the chunk's
+ * page (null when the chunk is all residual). */
 static __device__ __forceinline__ void raw_load(const attn_params &p,
 						const kvs_cuda_seq &sq,
 						const uint8_t *pg, int b,
@@ -263,22 +264,14 @@ static __device__ __forceinline__ void raw_load(const attn_params &p,
 	const int tt = tok % p.S, bits = p.bits;
 	const size_t row = ((size_t)h * p.S + tt) * (p.D * bits / 8);
 
-	if ((uint32_t)tok < sq.k_quant_len) {
-		const size_t m = ((size_t)h * (p.S / p.G) + tt / p.G) * p.D +
-				 d;
-
-		r.kw = codes8(pg + p.lay.off[KVS_SEC_KEY_CODES] + row, d,
-			      bits);
-		r.ka = *reinterpret_cast<const uint4 *>(
-			pg + p.lay.off[KVS_SEC_KEY_ORIGIN] + 2 * m);
-		r.kb = *reinterpret_cast<const uint4 *>(
-			pg + p.lay.off[KVS_SEC_KEY_STEP] + 2 * m);
-	} else {
-		r.ka = *reinterpret_cast<const uint4 *>(
+	if ((uint32_t)tok < sq.k_quant_len)
+		r.k.x = codes8(pg + p.lay.off[KVS_SEC_KEY_CODES] + row, d,
+			       bits);
+	else
+		r.k = *reinterpret_cast<const uint4 *>(
 			(const uint16_t *)p.k_resid +
 			((size_t)(b * p.Hkv + h) * p.k_stride + tok -
 			 sq.k_quant_len) * p.D + d);
-	}
 	if ((uint32_t)tok < sq.v_quant_len) {
 		const size_t m = ((size_t)h * p.S + tt) * (p.D / p.G) + d / p.G;
 		const uint16_t *ob = reinterpret_cast<const uint16_t *>(
@@ -286,21 +279,24 @@ static __device__ __forceinline__ void raw_load(const attn_params &p,
 		const uint16_t *sb = reinterpret_cast<const uint16_t *>(
 			pg + p.lay.off[KVS_SEC_VAL_STEP]);
 
-		r.va.x = codes8(pg + p.lay.off[KVS_SEC_VAL_CODES] + row, d,
-				bits);
-		r.va.y = ob[m] | (uint32_t)sb[m] << 16;
+		r.v.x = codes8(pg + p.lay.off[KVS_SEC_VAL_CODES] + row, d,
+			       bits);
+		r.v.y = ob[m] | (uint32_t)sb[m] << 16;
 	} else {
-		r.va = *reinterpret_cast<const uint4 *>(
+		r.v = *reinterpret_cast<const uint4 *>(
 			(const uint16_t *)p.v_resid +
 			((size_t)(b * p.Hkv + h) * p.v_stride +
 			 sq.v_resid_start + tok - sq.v_quant_len) * p.D + d);
 	}
 }
 
-/* The Keys and Values of @r, as key8() and val8() compute them. */
+/* The Keys and Values of @r, as key8() and val8() compute them; @km holds
+ * the chunk's Key origins, then its steps. */
 static __device__ __forceinline__ void raw_decode(const attn_params &p,
 						  const kvs_cuda_seq &sq,
-						  int tok, const raw_item &r,
+						  int tok, int d,
+						  const raw_item &r,
+						  const float *km,
 						  float kx[8], float vx[8])
 {
 	const uint32_t mask = (1u << p.bits) - 1;
@@ -308,25 +304,88 @@ static __device__ __forceinline__ void raw_decode(const attn_params &p,
 	if ((uint32_t)tok < sq.k_quant_len) {
 #pragma unroll
 		for (int k = 0; k < 8; k++)
-			kx[k] = fmaf(elem16(p.meta, r.kb, k),
-				     (float)((r.kw >> (k * p.bits)) & mask),
-				     elem16(p.meta, r.ka, k));
+			kx[k] = fmaf(km[p.D + d + k],
+				     (float)((r.k.x >> (k * p.bits)) & mask),
+				     km[d + k]);
 	} else {
 #pragma unroll
 		for (int k = 0; k < 8; k++)
-			kx[k] = elem16(p.rdt, r.ka, k);
+			kx[k] = elem16(p.rdt, r.k, k);
 	}
 	if ((uint32_t)tok < sq.v_quant_len) {
-		const float o = elem16(p.meta, r.va, 2);
-		const float st = elem16(p.meta, r.va, 3);
+		const float o = elem16(p.meta, r.v, 2);
+		const float st = elem16(p.meta, r.v, 3);
 #pragma unroll
 		for (int k = 0; k < 8; k++)
-			vx[k] = fmaf(st, (float)((r.va.x >> (k * p.bits)) &
+			vx[k] = fmaf(st, (float)((r.v.x >> (k * p.bits)) &
 						 mask), o);
 	} else {
 #pragma unroll
 		for (int k = 0; k < 8; k++)
-			vx[k] = elem16(p.rdt, r.va, k);
+			vx[k] = elem16(p.rdt, r.v, k);
+	}
+}
+
+/*
+ * Stages one chunk (tokens c0 .. c0 + n) in @kt and @vt as floats: the
+ * chunk's page and every item's loads first, then the uses, so a chunk
+ * costs the sequence -> page -> data round trips and no more.
+ */
+static __device__ void raw_chunk(const attn_params &p, const kvs_cuda_seq &sq,
+				 int b, int h, int c0, int n, float *kt,
+				 float *vt, float *km, int pitch)
+{
+	const int D = p.D, tid = threadIdx.x, per_tok = D / 8;
+	const int items = n * per_tok;
+	const uint32_t hist = max(sq.k_quant_len, sq.v_quant_len);
+	const uint8_t *pg = (uint32_t)c0 < hist ? page_of(p, b, c0) : nullptr;
+	const bool kmeta = (uint32_t)c0 < sq.k_quant_len;
+	uint4 mraw = make_uint4(0, 0, 0, 0);
+
+	/* the chunk's Key origin row (threads 0 .. D/8-1) and step row */
+	if (kmeta && tid < 2 * per_tok) {
+		const int tt = c0 % p.S, half = tid / per_tok;
+		const size_t m = ((size_t)h * (p.S / p.G) + tt / p.G) * D +
+				 tid % per_tok * 8;
+
+		mraw = *reinterpret_cast<const uint4 *>(
+			pg + p.lay.off[half ? KVS_SEC_KEY_STEP :
+				       KVS_SEC_KEY_ORIGIN] + 2 * m);
+	}
+	for (int base = 0; base < items; base += 4 * blockDim.x) {
+		raw_item r[4];
+
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			const int i = base + u * blockDim.x + tid;
+
+			if (i < items)
+				raw_load(p, sq, pg, b, h, c0 + i / per_tok,
+					 i % per_tok * 8, r[u]);
+		}
+		if (base == 0) {
+			if (kmeta && tid < 2 * per_tok)
+#pragma unroll
+				for (int k = 0; k < 8; k++)
+					km[tid * 8 + k] = elem16(p.meta, mraw,
+								 k);
+			__syncthreads();
+		}
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			const int i = base + u * blockDim.x + tid;
+			const int t = i / per_tok, d = i % per_tok * 8;
+			float kx[8], vx[8];
+
+			if (i >= items)
+				continue;
+			raw_decode(p, sq, c0 + t, d, r[u], km, kx, vx);
+#pragma unroll
+			for (int k = 0; k < 8; k++) {
+				kt[t * pitch + d + k] = kx[k];
+				vt[t * pitch + d + k] = vx[k];
+			}
+		}
 	}
 }
 
@@ -346,7 +405,7 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 	float *kt = smem, *vt = kt + TILE * pitch;
 	float *qs = vt + TILE * pitch, *acc = qs + HPC * D;
 	float *ss = acc + HPC * D, *ms = ss + HPC * TILE;
-	float *ls = ms + HPC, *as = ls + HPC;
+	float *ls = ms + HPC, *as = ls + HPC, *km = as + HPC;
 	const bool raw = gen_raw_ok(p);
 
 	for (int e = tid; e < HPC * D; e += blockDim.x) {
@@ -363,50 +422,11 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 		int n = min(TILE, t1 - c0);
 
 		__syncthreads();
-		/* 8 channels per item, 4 items per thread in flight (2 when
-		 * loaded raw, which holds more registers) */
+		/* 8 channels per item, 4 items per thread in flight */
 		const int per_tok = D / 8, items = n * per_tok;
-		const uint32_t hist = max(sq.k_quant_len, sq.v_quant_len);
 
-		for (int base = 0; raw && base < items;
-		     base += 2 * blockDim.x) {
-			const uint8_t *pg[2];
-			raw_item r[2];
-
-			/* the pages first, then every load, then the uses */
-#pragma unroll
-			for (int u = 0; u < 2; u++) {
-				const int i = base + u * blockDim.x + tid;
-				const int tok = c0 + i / per_tok;
-
-				pg[u] = i < items && (uint32_t)tok < hist ?
-					page_of(p, b, tok) : nullptr;
-			}
-#pragma unroll
-			for (int u = 0; u < 2; u++) {
-				const int i = base + u * blockDim.x + tid;
-
-				if (i < items)
-					raw_load(p, sq, pg[u], b, h,
-						 c0 + i / per_tok,
-						 i % per_tok * 8, r[u]);
-			}
-#pragma unroll
-			for (int u = 0; u < 2; u++) {
-				const int i = base + u * blockDim.x + tid;
-				const int t = i / per_tok, d = i % per_tok * 8;
-				float kx[8], vx[8];
-
-				if (i >= items)
-					continue;
-				raw_decode(p, sq, c0 + t, r[u], kx, vx);
-#pragma unroll
-				for (int k = 0; k < 8; k++) {
-					kt[t * pitch + d + k] = kx[k];
-					vt[t * pitch + d + k] = vx[k];
-				}
-			}
-		}
+		if (raw)
+			raw_chunk(p, sq, b, h, c0, n, kt, vt, km, pitch);
 		for (int base = 0; !raw && base < items;
 		     base += 4 * blockDim.x) {
 			float kx[4][8], vx[4][8];
@@ -450,6 +470,7 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 					kt + t * pitch);
 				float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
+#pragma unroll 4
 				for (int d = 0; d < D / 4; d++) {
 					const float4 x = qr[d], y = kr[d];
 
@@ -489,6 +510,7 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 			a.y *= al;
 			a.z *= al;
 			a.w *= al;
+#pragma unroll 4
 			for (int t = 0; t < n; t++) {
 				const float4 v = *reinterpret_cast<const float4 *>(
 					vt + t * pitch + d);
@@ -1141,7 +1163,14 @@ __global__ void attn_merge_kernel(const attn_params p)
 
 	asm volatile("griddepcontrol.wait;\n" ::: "memory");
 	const float *base = partial(p, b, qh, 0);
-	for (int s = tid; s < n; s += blockDim.x)
+	/* a thread's first split's (m, l) stay in registers: one round trip
+	 * for the weights when the splits are no more than the threads */
+	float2 ml = make_float2(-INFINITY, 0.0f);
+
+	if (tid < n)
+		ml = *reinterpret_cast<const float2 *>(base + tid * pitch + D);
+	mx = ml.x;
+	for (int s = tid + blockDim.x; s < n; s += blockDim.x)
 		mx = fmaxf(mx, base[s * pitch + D]);
 	mx = warp_max(mx);
 	if (lane == 0)
@@ -1151,11 +1180,13 @@ __global__ void attn_merge_kernel(const attn_params p)
 	for (int w = 1; w < nw; w++)
 		mx = fmaxf(mx, red[w]);
 	for (int s = tid; s < n; s += blockDim.x) {
-		const float m = base[s * pitch + D];
-		const float w = m == -INFINITY ? 0.0f : exp2f(m - mx);
+		if (s != tid)
+			ml = *reinterpret_cast<const float2 *>(base + s * pitch +
+							       D);
+		const float w = ml.x == -INFINITY ? 0.0f : exp2f(ml.x - mx);
 
 		w_s[s] = w;
-		l = fmaf(w, base[s * pitch + D + 1], l);
+		l = fmaf(w, ml.y, l);
 	}
 	l = warp_sum(l);
 	__syncthreads();
@@ -1301,7 +1332,7 @@ static double gen_chunk_cost(void)
 	}
 	return cost;
 }
-#define MERGE_THREADS 128
+#define MERGE_THREADS 256
 
 /*
  * Fast and generic splits per unit: both kinds run side by side, so the
@@ -1428,7 +1459,7 @@ uint64_t kvs_cuda_attn_workspace(const struct kvs_cuda_attn *a)
 static size_t generic_smem(int D)
 {
 	return ((size_t)2 * TILE * (D + 4) + 2 * HPC * D + HPC * TILE +
-		3 * HPC) * sizeof(float);
+		3 * HPC + 2 * D) * sizeof(float);
 }
 
 /*
