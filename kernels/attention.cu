@@ -1274,15 +1274,15 @@ static int subnormal_ok(cudaStream_t stream, uint32_t flags)
 typedef void (*attn_fn)(const attn_params);
 
 /* The build of the kernel for these arguments: generic only, or the fast
- * path capped at 127 registers for 4 CTAs per SM (default) or at 168 for
- * 3 (KVS_CUDA_ATTN_OCC3), with subnormal or biased code operands. */
+ * path capped at 168 registers for 3 CTAs per SM (default) or at 127 for
+ * 4 (KVS_CUDA_ATTN_OCC4), with subnormal or biased code operands. */
 static attn_fn pick_kernel(int fast_ok, uint32_t flags, int sub, int *variant)
 {
 	static const attn_fn fast[2][2] = {
 		{ attn_kernel<true, 4, false>, attn_kernel<true, 4, true> },
 		{ attn_kernel<true, 3, false>, attn_kernel<true, 3, true> },
 	};
-	const int occ3 = (flags & KVS_CUDA_ATTN_OCC3) != 0;
+	const int occ3 = (flags & KVS_CUDA_ATTN_OCC4) == 0;
 
 	*variant = !fast_ok ? 0 : 1 + 2 * occ3 + (sub != 0);
 	return !fast_ok ? attn_kernel<false, 3, false> : fast[occ3][sub != 0];
