@@ -346,7 +346,7 @@ def main():
     print("device %s, D2D copy %.0f GB/s (read+write), page %d B"
           % (dev, bw / 1e9, page_stride))
     results = []
-    for spec in opt.shapes.split(","):
+    for spec in filter(None, opt.shapes.split(",")):
         B, T = (int(x) for x in spec.split("x"))
         r = bench_shape(lib, B, T, bw, opt.runs, page_stride, opt.flags,
                         not opt.no_tail_hint)

@@ -867,36 +867,25 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 					 (c[0][3] + c[1][3]), ls, a_j);
 	}
 
-	/* online softmax for head ti over the warp's tokens */
+	/* online softmax for head ti over the warp's tokens.  st.m is a
+	 * reference at or above every logit so far, raised only when a logit
+	 * passes it, and then with LAZY_HEADROOM to spare: p <= 1 always (the
+	 * fp16 operands p * step and p * origin cannot overflow), and on most
+	 * tiles no logit passes, which one vote tells without the cross-lane
+	 * max or a rescale */
 	float tmax = fmaxf(fmaxf(logit[0], logit[1]),
 			   fmaxf(logit[2], logit[3]));
-	tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 4));
-	tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 8));
-	tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 16));
-	/* st.m is a reference at or above every logit so far, raised only
-	 * when a logit passes it, and then with LAZY_HEADROOM to spare: the
-	 * accumulators are rescaled on few tiles, and p <= 1 always (the
-	 * fp16 operands p * step and p * origin cannot overflow) */
-	const float m_new = tmax > st.m ? tmax + LAZY_HEADROOM : st.m;
-	const float alpha = exp2f(st.m - m_new);
-	float psum = 0.0f;
-#pragma unroll
-	for (int r = 0; r < 4; r++) {
-		/* logit[r] is token gi + 8 * (r's row): rows 0, 8, 16, 24 */
-		const int tok = gi + 8 * (r & 1) + 16 * (r >> 1);
-		const float pr = exp2f(logit[r] - m_new);
+	if (__any_sync(0xffffffffu, tmax > st.m)) {
+		tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 4));
+		tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 8));
+		tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 16));
+		const float m_new = tmax > st.m ? tmax + LAZY_HEADROOM : st.m;
+		const float alpha = exp2f(st.m - m_new);
+		/* the accumulator rows (j, g) are head j = gi & 3 */
+		const float al = __shfl_sync(0xffffffffu, alpha, gi & 3);
 
-		psum += pr;
-		p_s[tok * HPC + ti] = pr;
-	}
-	st.l = st.l * alpha + psum;
-	st.m = m_new;
-	__syncwarp();
-
-	/* Value: A operands through shared memory (reusing the Key B area) */
-	value_operand(sg, p_s, scratch, lane);
-	const float al = __shfl_sync(0xffffffffu, alpha, gi & 3);
-	if (__any_sync(0xffffffffu, al != 1.0f)) {
+		st.l *= alpha;
+		st.m = m_new;
 #pragma unroll
 		for (int nt = 0; nt < 16; nt++)
 #pragma unroll
@@ -906,6 +895,21 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 		for (int e = 0; e < 4; e++)
 			st.acc_o[e] *= al;
 	}
+	float psum = 0.0f;
+#pragma unroll
+	for (int r = 0; r < 4; r++) {
+		/* logit[r] is token gi + 8 * (r's row): rows 0, 8, 16, 24 */
+		const int tok = gi + 8 * (r & 1) + 16 * (r >> 1);
+		const float pr = exp2f(logit[r] - st.m);
+
+		psum += pr;
+		p_s[tok * HPC + ti] = pr;
+	}
+	st.l += psum;
+	__syncwarp();
+
+	/* Value: A operands through shared memory (reusing the Key B area) */
+	value_operand(sg, p_s, scratch, lane);
 	__syncwarp();
 	const uint8_t *arow = scratch + (lane & 7) * VA_PITCH +
 			      8 * VA_PITCH * (lane >> 4) + 16 * ((lane >> 3) & 1);
