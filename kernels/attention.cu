@@ -701,13 +701,18 @@ static __device__ __forceinline__ void issue_tile(const attn_params &p,
 	const uint8_t *pg = p.pool + (uint64_t)pages[c.slot] * p.page_stride;
 	const uint32_t t32 = (uint32_t)c.tt0 * 32, t8 = (uint32_t)c.tt0 * 8;
 
-	cp_async16(stage + T_KC + c.d_kc, pg + c.kc + t32);
-	cp_async16(stage + T_KC + 512 + c.d_kc, pg + c.kc + t32 + 512);
-	cp_async16(stage + T_VC + c.d_kc, pg + c.vc + t32);
-	cp_async16(stage + T_VC + 512 + c.d_kc, pg + c.vc + t32 + 512);
+	/* one 64-bit page address, then 32-bit offsets (left to itself the
+	 * compiler folds each offset into its own 64-bit multiply-add) */
+	asm("" : "+l"(pg));
+	const uint8_t *kc = pg + (c.kc + t32), *vc = pg + (c.vc + t32);
+
+	cp_async16(stage + T_KC + c.d_kc, kc);
+	cp_async16(stage + T_KC + 512 + c.d_kc, kc + 512);
+	cp_async16(stage + T_VC + c.d_kc, vc);
+	cp_async16(stage + T_VC + 512 + c.d_kc, vc + 512);
 	/* Key metadata: one 256-byte row per 32-token group (t8 = g * 256) */
-	cp_async16(stage + T_KO + c.d_m, pg + c.km + t8);
-	cp_async16(stage + T_VO + c.d_m, pg + c.vm + t8);
+	cp_async16(stage + T_KO + c.d_m, pg + (c.km + t8));
+	cp_async16(stage + T_VO + c.d_m, pg + (c.vm + t8));
 }
 
 struct fast_state {
