@@ -7,7 +7,8 @@
  * fast path (G 32, D 64/128, fp16/bf16 input) and the generic kernel (other
  * G, fp32 input), through block strides or per-block source pointers
  * (16-byte aligned or not) with destination indices; non-finite input and
- * metadata overflow refused with the CPU's errors on both paths; the
+ * metadata overflow refused with the CPU's errors on both paths; groups
+ * whose quotients fall exactly on half-integers (rounding ties); the
  * backend's whole images equal to the CPU backend's; dequantization
  * bit-exact.
  */
@@ -80,6 +81,12 @@ static void *make_input(const struct seal_case *c, int key)
 			x = (gpu_rng_next(&rng) & 1) ? -1.5e38f : 1.5e38f;
 		if (huge && !key && tok % 19 == 2 && d < s->group)
 			x = (gpu_rng_next(&rng) & 1) ? -1.5e38f : 1.7e38f;
+		/* halves of 0 .. 3: groups whose quotients land exactly on
+		 * the half-integers where the code rounds to even */
+		if (key && d == 21)
+			x = (float)(gpu_rng_next(&rng) % 7) * 0.5f;
+		if (!key && tok % 23 == 4)
+			x = (float)(gpu_rng_next(&rng) % 7) * 0.5f;
 		kvs_store(c->in, buf, i, kvs_round_to(c->in, x));
 	}
 	return buf;
