@@ -288,9 +288,10 @@ __global__ void seal_kernel(const seal_params p)
  * 1.5 * 2^23: both bracket the IEEE quotient of the reference (the
  * roundings of the quotient, of levels*step, of the reciprocal (1 ulp) and
  * of the product add up to < 5 * 2^-24 relative), so where the two agree
- * every code is the reference's; where they differ (a quotient within
- * ~1e-6 of a half-integer) the word is recomputed with __fdiv_rn exactly
- * as quant_code does.
+ * every code is the reference's; the codes where they differ (a quotient
+ * within ~1e-6 of a half-integer, exact ties included, which fp16/bf16
+ * inputs make common) are recomputed with __fdiv_rn exactly as quant_code
+ * does.
  */
 #define FAST_WARPS 4
 #define FAST_MAGIC 12582912.0f /* 1.5 * 2^23 */
