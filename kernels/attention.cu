@@ -147,21 +147,57 @@ static __device__ __forceinline__ uint32_t codes8(const uint8_t *row, int d,
 			   *reinterpret_cast<const uint32_t *>(at);
 }
 
+/* Where the generic path finds a token's parts, as element indices: its
+ * Key and Value residual rows (channel @d), its Key metadata (per channel,
+ * over its group of tokens) and its Value metadata row (per group of
+ * channels); and the byte offset of its code row inside a page section. */
+static __device__ __forceinline__ size_t k_resid_at(const attn_params &p,
+						    const kvs_cuda_seq &sq,
+						    int b, int h, int tok, int d)
+{
+	return ((size_t)(b * p.Hkv + h) * p.k_stride + tok - sq.k_quant_len) *
+	       p.D + d;
+}
+
+static __device__ __forceinline__ size_t v_resid_at(const attn_params &p,
+						    const kvs_cuda_seq &sq,
+						    int b, int h, int tok, int d)
+{
+	return ((size_t)(b * p.Hkv + h) * p.v_stride + sq.v_resid_start +
+		tok - sq.v_quant_len) * p.D + d;
+}
+
+static __device__ __forceinline__ size_t k_meta_at(const attn_params &p,
+						   int h, int tt, int d)
+{
+	return ((size_t)h * (p.S / p.G) + tt / p.G) * p.D + d;
+}
+
+static __device__ __forceinline__ size_t v_meta_row(const attn_params &p,
+						    int h, int tt)
+{
+	return ((size_t)h * p.S + tt) * (p.D / p.G);
+}
+
+static __device__ __forceinline__ size_t code_row(const attn_params &p,
+						  int h, int tt)
+{
+	return ((size_t)h * p.S + tt) * (p.D * p.bits / 8);
+}
+
 /* Keys of channels d .. d+7 of token @tok: history or residual. */
 static __device__ void key8(const attn_params &p, const kvs_cuda_seq &sq,
 			    int b, int h, int tok, int d, float x[8])
 {
 	if ((uint32_t)tok >= sq.k_quant_len) {
-		resid8(p.rdt, p.k_resid, ((size_t)(b * p.Hkv + h) * p.k_stride +
-			tok - sq.k_quant_len) * p.D + d, x);
+		resid8(p.rdt, p.k_resid, k_resid_at(p, sq, b, h, tok, d), x);
 		return;
 	}
 	const uint8_t *pg = page_of(p, b, tok);
 	const int tt = tok % p.S, bits = p.bits;
 	const uint32_t w = codes8(pg + p.lay.off[KVS_SEC_KEY_CODES] +
-				  ((size_t)h * p.S + tt) * (p.D * bits / 8),
-				  d, bits);
-	const size_t m = ((size_t)h * (p.S / p.G) + tt / p.G) * p.D + d;
+				  code_row(p, h, tt), d, bits);
+	const size_t m = k_meta_at(p, h, tt, d);
 	float o[8], st[8];
 
 	meta8(p.meta, pg + p.lay.off[KVS_SEC_KEY_ORIGIN], m, o);
@@ -177,16 +213,14 @@ static __device__ void val8(const attn_params &p, const kvs_cuda_seq &sq,
 			    int b, int h, int tok, int d, float x[8])
 {
 	if ((uint32_t)tok >= sq.v_quant_len) {
-		resid8(p.rdt, p.v_resid, ((size_t)(b * p.Hkv + h) * p.v_stride +
-			sq.v_resid_start + tok - sq.v_quant_len) * p.D + d, x);
+		resid8(p.rdt, p.v_resid, v_resid_at(p, sq, b, h, tok, d), x);
 		return;
 	}
 	const uint8_t *pg = page_of(p, b, tok);
 	const int tt = tok % p.S, bits = p.bits;
 	const uint32_t w = codes8(pg + p.lay.off[KVS_SEC_VAL_CODES] +
-				  ((size_t)h * p.S + tt) * (p.D * bits / 8),
-				  d, bits);
-	const size_t m = ((size_t)h * p.S + tt) * (p.D / p.G);
+				  code_row(p, h, tt), d, bits);
+	const size_t m = v_meta_row(p, h, tt);
 	const uint8_t *ob = pg + p.lay.off[KVS_SEC_VAL_ORIGIN];
 	const uint8_t *sb = pg + p.lay.off[KVS_SEC_VAL_STEP];
 	float o = ld_meta(p.meta, ob, m + d / p.G);
@@ -262,7 +296,7 @@ static __device__ __forceinline__ void raw_load(const attn_params &p,
 						raw_item &r)
 {
 	const int tt = tok % p.S, bits = p.bits;
-	const size_t row = ((size_t)h * p.S + tt) * (p.D * bits / 8);
+	const size_t row = code_row(p, h, tt);
 
 	if ((uint32_t)tok < sq.k_quant_len)
 		r.k.x = codes8(pg + p.lay.off[KVS_SEC_KEY_CODES] + row, d,
@@ -270,10 +304,9 @@ static __device__ __forceinline__ void raw_load(const attn_params &p,
 	else
 		r.k = *reinterpret_cast<const uint4 *>(
 			(const uint16_t *)p.k_resid +
-			((size_t)(b * p.Hkv + h) * p.k_stride + tok -
-			 sq.k_quant_len) * p.D + d);
+			k_resid_at(p, sq, b, h, tok, d));
 	if ((uint32_t)tok < sq.v_quant_len) {
-		const size_t m = ((size_t)h * p.S + tt) * (p.D / p.G) + d / p.G;
+		const size_t m = v_meta_row(p, h, tt) + d / p.G;
 		const uint16_t *ob = reinterpret_cast<const uint16_t *>(
 			pg + p.lay.off[KVS_SEC_VAL_ORIGIN]);
 		const uint16_t *sb = reinterpret_cast<const uint16_t *>(
@@ -285,8 +318,7 @@ static __device__ __forceinline__ void raw_load(const attn_params &p,
 	} else {
 		r.v = *reinterpret_cast<const uint4 *>(
 			(const uint16_t *)p.v_resid +
-			((size_t)(b * p.Hkv + h) * p.v_stride +
-			 sq.v_resid_start + tok - sq.v_quant_len) * p.D + d);
+			v_resid_at(p, sq, b, h, tok, d));
 	}
 }
 
@@ -344,9 +376,8 @@ static __device__ void raw_chunk(const attn_params &p, const kvs_cuda_seq &sq,
 
 	/* the chunk's Key origin row (threads 0 .. D/8-1) and step row */
 	if (kmeta && tid < 2 * per_tok) {
-		const int tt = c0 % p.S, half = tid / per_tok;
-		const size_t m = ((size_t)h * (p.S / p.G) + tt / p.G) * D +
-				 tid % per_tok * 8;
+		const int half = tid / per_tok;
+		const size_t m = k_meta_at(p, h, c0 % p.S, tid % per_tok * 8);
 
 		mraw = *reinterpret_cast<const uint4 *>(
 			pg + p.lay.off[half ? KVS_SEC_KEY_STEP :

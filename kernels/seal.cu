@@ -447,6 +447,18 @@ static __device__ __forceinline__ void store_meta_vec(uint8_t *base,
 		*(uint32_t *)(base + i * 2) = w[0];
 }
 
+/* u = sat((x - origin) * rq) of channel @ch of @x (8 packed pairs). */
+template <typename X>
+static __device__ __forceinline__ float sat_quot(const uint32_t *x, int ch,
+						 float o, float rq)
+{
+	const float num = __fsub_rn(X::get(x[ch / 2], ch & 1), o);
+	float u;
+
+	asm("mul.rn.sat.f32 %0, %1, %2;" : "=f"(u) : "f"(num), "f"(rq));
+	return u;
+}
+
 /*
  * Codes of a lane's 16 channels of one token (@x: 8 packed pairs) into
  * BITS/2 words at @out.  @o, @rq, @cs: per channel when PERCH, else one
@@ -472,12 +484,9 @@ static __device__ __forceinline__ void quant_chunk(const uint32_t *x,
 #pragma unroll
 		for (int k = 0; k < cpw; k++) {
 			const int ch = w * cpw + k, j = PERCH ? ch : 0;
-			float num = __fsub_rn(X::get(x[ch / 2], ch & 1), o[j]);
-			float u;
+			const float u = sat_quot<X>(x, ch, o[j], rq[j]);
 			uint32_t th;
 
-			asm("mul.rn.sat.f32 %0, %1, %2;"
-			    : "=f"(u) : "f"(num), "f"(rq[j]));
 			wl += __float_as_uint(__fmaf_rn(u, qlo, FAST_MAGIC))
 			      << (k * BITS);
 			th = __float_as_uint(__fmaf_rn(u, qhi, FAST_MAGIC));
@@ -505,12 +514,9 @@ static __device__ __forceinline__ void quant_chunk(const uint32_t *x,
 				for (int k = 0; k < cpw; k++) {
 					const int ch = w * cpw + k;
 					const int j = PERCH ? ch : 0;
-					float num = __fsub_rn(
-						X::get(x[ch / 2], ch & 1), o[j]);
-					float u;
+					const float u = sat_quot<X>(x, ch, o[j],
+								   rq[j]);
 
-					asm("mul.rn.sat.f32 %0, %1, %2;"
-					    : "=f"(u) : "f"(num), "f"(rq[j]));
 					wh += __float_as_uint(__fmaf_rn(
 						u, qhi, FAST_MAGIC)) << (k * BITS);
 				}
