@@ -43,11 +43,11 @@
 #define TILE_BYTES 3072
 #define FAST_D 128
 #define KB_PITCH 272      /* bytes per row of the Key B matrix (8 rows) */
-#define VA_PITCH 48       /* bytes per token row of the Value A matrices */
-/* the Key B matrix, then in the same place the two Value A matrices */
-#define SCRATCH_BYTES (2 * TILE * VA_PITCH)
-/* per-warp shared memory: stages, scratch, p[32][4] */
-#define WARP_SMEM (STAGES * TILE_BYTES + SCRATCH_BYTES + TILE * HPC * 4)
+#define P_PITCH 40        /* floats per head row of p[4][32] (conflict-free) */
+/* the Key B matrix */
+#define SCRATCH_BYTES (8 * KB_PITCH)
+/* per-warp shared memory: stages, scratch, p[4][P_PITCH] */
+#define WARP_SMEM (STAGES * TILE_BYTES + SCRATCH_BYTES + HPC * P_PITCH * 4)
 #define QK_FLOATS (HPC * 8 * 20)
 /* tile byte offsets inside a stage */
 #define T_KC 0
@@ -666,13 +666,6 @@ static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
 	return *reinterpret_cast<uint32_t *>(&v);
 }
 
-static __device__ __forceinline__ uint32_t pack_f16(float lo, float hi)
-{
-	__half2 v = __floats2half2_rn(lo, hi);
-
-	return *reinterpret_cast<uint32_t *>(&v);
-}
-
 static __device__ __forceinline__ float2 h2f(uint32_t x)
 {
 	return __half22float2(*reinterpret_cast<const __half2 *>(&x));
@@ -688,7 +681,7 @@ static __device__ __forceinline__ float2 h2f(uint32_t x)
 struct tile_cursor {
 	int slot, tt0;
 	uint32_t kc, km, vc, vm;        /* lane's source offsets */
-	uint32_t d_kc, d_m;             /* lane's stage offsets */
+	uint32_t d_kc, d_vc, d_m;       /* lane's stage offsets */
 };
 
 static __device__ __forceinline__ void cursor_init(tile_cursor &c,
@@ -710,6 +703,7 @@ static __device__ __forceinline__ void cursor_init(tile_cursor &c,
 	c.vm = p.lay.off[step ? KVS_SEC_VAL_STEP : KVS_SEC_VAL_ORIGIN] +
 	       (uint32_t)h * p.S * 8 + 16 * half;
 	c.d_kc = 16 * lane;
+	c.d_vc = 16 * (lane ^ ((lane >> 3) & 1));
 	c.d_m = (step ? T_KS - T_KO : 0) + 16 * half;
 }
 
@@ -739,16 +733,18 @@ static __device__ __forceinline__ void issue_tile(const attn_params &p,
 
 	cp_async16(stage + T_KC + c.d_kc, kc);
 	cp_async16(stage + T_KC + 512 + c.d_kc, kc + 512);
-	cp_async16(stage + T_VC + c.d_kc, vc);
-	cp_async16(stage + T_VC + 512 + c.d_kc, vc + 512);
+	/* Value codes: token t's 16-byte halves swapped when t & 4, so that
+	 * the transposing ldmatrix of value_update() is conflict-free */
+	cp_async16(stage + T_VC + c.d_vc, vc);
+	cp_async16(stage + T_VC + 512 + c.d_vc, vc + 512);
 	/* Key metadata: one 256-byte row per 32-token group (t8 = g * 256) */
 	cp_async16(stage + T_KO + c.d_m, pg + (c.km + t8));
 	cp_async16(stage + T_VO + c.d_m, pg + (c.vm + t8));
 }
 
 struct fast_state {
-	float acc[16][4];       /* value MMA accumulators */
-	float acc_o[4];         /* sum p*origin, rows (j,g), (j,g+2) */
+	float acc[8][4];        /* value MMA accumulators (value_update) */
+	float acc_o[2][4];      /* sum p*origin per channel half */
 	float m, l;             /* reference max, lane-partial sum; head ti */
 };
 
@@ -820,36 +816,86 @@ static __device__ __forceinline__ float key_operand(const uint8_t *sg,
 }
 
 /*
- * Value A operands of one tile: lane t writes row t of p*step and p*origin,
- * [token][m = 4 g + j] in fp16, 48-byte rows (conflict-free for ldmatrix).
+ * Value update of one tile, transposed: out^T[d, j] += sum_t c[t,d]
+ * (p[t,j] step[t,g(d)]) + sum_t p[t,j] origin[t,g(d)].
+ *
+ * A is the codes with channels as rows: ldmatrix.trans over the tile's
+ * Value codes (8 tokens x 8 16-bit units of 8 channels per matrix) gives
+ * lane (gi, ti) tokens 2ti, 2ti+1 of unit gi in one register, and the code
+ * at position k of both halves is one AND (code_pair).  M-block (hf, k)
+ * is channel half hf (64 channels, groups 2hf and 2hf+1), rows gi =
+ * position k and gi + 8 = position k + 4 of unit gi: channel 64 hf + 8 gi
+ * + k (+ 4), in group 2 hf + gi / 4.
+ * B is p * step in fp16, column n = 2 j + gl for head j and group 2 hf +
+ * gl, built in registers: lane (n, ti) takes p of tokens 2ti, 2ti+1 (+8)
+ * of head n / 2 from @p_s and the steps of its group from the tile.  Of an
+ * M-block's output a lane keeps, for head ti, the column of its rows' group
+ * (half the products are dropped, against a quarter in the other order).
+ * The origin term is one MMA per half and K-block against A = ones.
  */
-static __device__ __forceinline__ void value_operand(const uint8_t *sg,
-						     const float *p_s,
-						     uint8_t *va, int lane)
+template <bool SUB>
+static __device__ __forceinline__ void value_update(const uint8_t *sg,
+						    const float *p_s,
+						    fast_state &st, int lane)
 {
-	const float4 pj = reinterpret_cast<const float4 *>(p_s)[lane];
-	const uint2 vo = *reinterpret_cast<const uint2 *>(sg + T_VO + 8 * lane);
-	const uint2 vs = *reinterpret_cast<const uint2 *>(sg + T_VS + 8 * lane);
-	const float2 s01 = h2f(vs.x), s23 = h2f(vs.y);
-	const float2 o01 = h2f(vo.x), o23 = h2f(vo.y);
-	const float sg4[4] = { s01.x, s01.y, s23.x, s23.y };
-	const float og4[4] = { o01.x, o01.y, o23.x, o23.y };
-	uint32_t ps[8], po[8];
+	const int ti = lane & 3, n = lane >> 2;
+	const uint32_t sel = (n & 1) ? 0x7632u : 0x5410u;
+	const float *ph = p_s + (n >> 1) * P_PITCH + 2 * ti;
 
 #pragma unroll
-	for (int g = 0; g < 4; g++) {
-		ps[2 * g] = pack_f16(pj.x * sg4[g], pj.y * sg4[g]);
-		ps[2 * g + 1] = pack_f16(pj.z * sg4[g], pj.w * sg4[g]);
-		po[2 * g] = pack_f16(pj.x * og4[g], pj.y * og4[g]);
-		po[2 * g + 1] = pack_f16(pj.z * og4[g], pj.w * og4[g]);
+	for (int kb = 0; kb < 2; kb++) {
+		/* codes: matrix L / 8 = (half L / 16, tokens +8 if L & 8) */
+		const int mt = 16 * kb + (lane & 7) + (lane & 8);
+		uint32_t r[4], r8[4];
+
+		ldsm4<true>(r, sg + T_VC + 32 * mt +
+			    16 * (((lane >> 4) & 1) ^ ((mt >> 2) & 1)));
+#pragma unroll
+		for (int i = 0; i < 4; i++)
+			r8[i] = r[i] >> 8;
+		/* B: tokens 16 kb + 2 ti (+1) and (+8, +9) */
+		uint32_t bs[2][2], bo[2][2];
+#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			const int t = 16 * kb + 2 * ti + 8 * e;
+			const float2 pp = *reinterpret_cast<const float2 *>(
+				ph + 16 * kb + 8 * e);
+			const uint4 s4 = *reinterpret_cast<const uint4 *>(
+				sg + T_VS + 8 * t);
+			const uint4 o4 = *reinterpret_cast<const uint4 *>(
+				sg + T_VO + 8 * t);
+			const __half2 p2 = __floats2half2_rn(pp.x, pp.y);
+			/* x, y: token t's groups 0-1, 2-3; z, w: token t+1's */
+			const uint32_t sp[2] = { __byte_perm(s4.x, s4.z, sel),
+						 __byte_perm(s4.y, s4.w, sel) };
+			const uint32_t op[2] = { __byte_perm(o4.x, o4.z, sel),
+						 __byte_perm(o4.y, o4.w, sel) };
+#pragma unroll
+			for (int hf = 0; hf < 2; hf++) {
+				const __half2 a = __hmul2(p2,
+					*reinterpret_cast<const __half2 *>(&sp[hf]));
+				const __half2 b = __hmul2(p2,
+					*reinterpret_cast<const __half2 *>(&op[hf]));
+
+				bs[hf][e] = *reinterpret_cast<const uint32_t *>(&a);
+				bo[hf][e] = *reinterpret_cast<const uint32_t *>(&b);
+			}
+		}
+#pragma unroll
+		for (int hf = 0; hf < 2; hf++) {
+#pragma unroll
+			for (int k = 0; k < 4; k++)
+				mma16816<false>(st.acc[4 * hf + k],
+					code_pair<SUB, false>(r[2 * hf], r8[2 * hf], k),
+					code_pair<SUB, false>(r[2 * hf], r8[2 * hf], k + 4),
+					code_pair<SUB, false>(r[2 * hf + 1], r8[2 * hf + 1], k),
+					code_pair<SUB, false>(r[2 * hf + 1], r8[2 * hf + 1], k + 4),
+					bs[hf][0], bs[hf][1]);
+			mma16816<false>(st.acc_o[hf], 0x3C003C00u, 0x3C003C00u,
+					0x3C003C00u, 0x3C003C00u, bo[hf][0],
+					bo[hf][1]);
+		}
 	}
-	uint4 *rs = reinterpret_cast<uint4 *>(va + VA_PITCH * lane);
-	uint4 *ro = reinterpret_cast<uint4 *>(va + TILE * VA_PITCH +
-					      VA_PITCH * lane);
-	rs[0] = make_uint4(ps[0], ps[1], ps[2], ps[3]);
-	rs[1] = make_uint4(ps[4], ps[5], ps[6], ps[7]);
-	ro[0] = make_uint4(po[0], po[1], po[2], po[3]);
-	ro[1] = make_uint4(po[4], po[5], po[6], po[7]);
 }
 
 /* One 32-token tile from a stage: logits, online softmax, value update. */
@@ -916,20 +962,21 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 		tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 8));
 		tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 16));
 		const float m_new = tmax > st.m ? tmax + LAZY_HEADROOM : st.m;
+		/* the lane's accumulators are its own head ti's */
 		const float alpha = exp2f(st.m - m_new);
-		/* the accumulator rows (j, g) are head j = gi & 3 */
-		const float al = __shfl_sync(0xffffffffu, alpha, gi & 3);
 
 		st.l *= alpha;
 		st.m = m_new;
 #pragma unroll
-		for (int nt = 0; nt < 16; nt++)
+		for (int nt = 0; nt < 8; nt++)
 #pragma unroll
 			for (int e = 0; e < 4; e++)
-				st.acc[nt][e] *= al;
+				st.acc[nt][e] *= alpha;
 #pragma unroll
-		for (int e = 0; e < 4; e++)
-			st.acc_o[e] *= al;
+		for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				st.acc_o[hf][e] *= alpha;
 	}
 	float psum = 0.0f;
 #pragma unroll
@@ -939,49 +986,12 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 		const float pr = exp2f(logit[r] - st.m);
 
 		psum += pr;
-		p_s[tok * HPC + ti] = pr;
+		p_s[ti * P_PITCH + tok] = pr;
 	}
 	st.l += psum;
 	__syncwarp();
 
-	/* Value: A operands through shared memory (reusing the Key B area) */
-	value_operand(sg, p_s, scratch, lane);
-	__syncwarp();
-	const uint8_t *arow = scratch + (lane & 7) * VA_PITCH +
-			      8 * VA_PITCH * (lane >> 4) + 16 * ((lane >> 3) & 1);
-#pragma unroll
-	for (int ksp = 0; ksp < 2; ksp++) {
-		uint32_t a[4], ao[4];
-		const uint8_t *vrow = sg + T_VC + (16 * ksp + 2 * ti) * 32 +
-				      4 * gi;
-		const uint32_t w0 = *reinterpret_cast<const uint32_t *>(vrow);
-		const uint32_t w1 = *reinterpret_cast<const uint32_t *>(vrow +
-									32);
-		const uint32_t w2 = *reinterpret_cast<const uint32_t *>(vrow +
-									256);
-		const uint32_t w3 = *reinterpret_cast<const uint32_t *>(vrow +
-									288);
-		/* halves: [h][token pair]; h = channels 0-7 / 8-15 of word gi */
-		const uint32_t y[2][2] = {
-			{ __byte_perm(w0, w1, 0x5410), __byte_perm(w2, w3, 0x5410) },
-			{ __byte_perm(w0, w1, 0x7632), __byte_perm(w2, w3, 0x7632) }
-		};
-		const uint32_t y8[2][2] = { { y[0][0] >> 8, y[0][1] >> 8 },
-					    { y[1][0] >> 8, y[1][1] >> 8 } };
-
-		ldsm4<true>(a, arow + 16 * ksp * VA_PITCH);
-		ldsm4<true>(ao, arow + 16 * ksp * VA_PITCH + TILE * VA_PITCH);
-#pragma unroll
-		for (int nt = 0; nt < 16; nt++) {
-			const int hf = nt >> 3, pos = nt & 7;
-
-			mma16816<false>(st.acc[nt], a[0], a[1], a[2], a[3],
-				code_pair<SUB, false>(y[hf][0], y8[hf][0], pos),
-				code_pair<SUB, false>(y[hf][1], y8[hf][1], pos));
-		}
-		mma16816<false>(st.acc_o, ao[0], ao[1], ao[2], ao[3],
-				0x3C003C00u, 0x3C003C00u);
-	}
+	value_update<SUB>(sg, p_s, st, lane);
 	__syncwarp();
 }
 
@@ -1024,13 +1034,15 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 	fast_state st;
 
 #pragma unroll
-	for (int nt = 0; nt < 16; nt++)
+	for (int nt = 0; nt < 8; nt++)
 #pragma unroll
 		for (int e = 0; e < 4; e++)
 			st.acc[nt][e] = 0.0f;
 #pragma unroll
-	for (int e = 0; e < 4; e++)
-		st.acc_o[e] = 0.0f;
+	for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			st.acc_o[hf][e] = 0.0f;
 	st.m = -INFINITY;
 	st.l = 0.0f;
 	__syncthreads();
@@ -1077,22 +1089,22 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 	/* CTA merge area (reuses the stages): o[w][j][D], m[w][j], l[w][j] */
 	float *o_w = reinterpret_cast<float *>(smem);
 	float *m_w = o_w + WARPS * HPC * FAST_D, *l_w = m_w + WARPS * HPC;
-	const int j = gi & 3, grp0 = gi >> 2;
-	float *orow = o_w + (warp * HPC + j) * FAST_D + 32 * ti;
+	/* lane (gi, ti): head ti, channels 64 hf + 8 gi + k (+ 4), whose
+	 * group's column is gi / 4 (value_update) */
+	const int gl = gi >> 2;
+	float *orow = o_w + (warp * HPC + ti) * FAST_D + 8 * gi;
 
-	if (ti == grp0 || ti == grp0 + 2) {
-		const bool lo = ti == grp0;	/* rows (j, g) or (j, g + 2) */
-		const float o = lo ? st.acc_o[0] : st.acc_o[2];
 #pragma unroll
-		for (int nt = 0; nt < 16; nt++) {
+	for (int hf = 0; hf < 2; hf++) {
+		const float o = gl ? st.acc_o[hf][1] : st.acc_o[hf][0];
+#pragma unroll
+		for (int k = 0; k < 4; k++) {
 			/* undo the codes' 4^k 2^-24 */
-			const float sc = SUB ? ldexpf(1.0f, 24 - 2 * (nt & 3)) :
-					       1.0f;
+			const float sc = SUB ? ldexpf(1.0f, 24 - 2 * k) : 1.0f;
+			const float *a = st.acc[4 * hf + k];
 
-			orow[nt] = fmaf(lo ? st.acc[nt][0] : st.acc[nt][2], sc,
-					o);
-			orow[16 + nt] = fmaf(lo ? st.acc[nt][1] :
-					     st.acc[nt][3], sc, o);
+			orow[64 * hf + k] = fmaf(gl ? a[1] : a[0], sc, o);
+			orow[64 * hf + k + 4] = fmaf(gl ? a[3] : a[2], sc, o);
 		}
 	}
 	if (gi == 0) {
