@@ -329,7 +329,7 @@ def main():
     ap.add_argument("--shapes", default="1x32768,8x32768,8x131072,32x8192")
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--flags", type=int, default=0,
-                    help="kvs_cuda_attn flags (8: the 4-CTA/SM build)")
+                    help="kvs_cuda_attn flags (2: the 3-CTA/SM build)")
     ap.add_argument("--no-seal", action="store_true")
     ap.add_argument("--no-tail-hint", action="store_true",
                     help="leave max_resid_rows 0 (tail sized by strides)")

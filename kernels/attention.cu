@@ -360,9 +360,11 @@ static __device__ __forceinline__ void raw_decode(const attn_params &p,
 
 /*
  * Stages one chunk (tokens c0 .. c0 + n) in @kt and @vt as floats: the
- * chunk's page and every item's loads first, then the uses, so a chunk
- * costs the sequence -> page -> data round trips and no more.
+ * chunk's page and every item's loads first (U per thread in flight), then
+ * the uses, so a chunk costs the sequence -> page -> data round trips and
+ * no more.
  */
+template <int U>
 static __device__ void raw_chunk(const attn_params &p, const kvs_cuda_seq &sq,
 				 int b, int h, int c0, int n, float *kt,
 				 float *vt, float *km, int pitch)
@@ -383,11 +385,11 @@ static __device__ void raw_chunk(const attn_params &p, const kvs_cuda_seq &sq,
 			pg + p.lay.off[half ? KVS_SEC_KEY_STEP :
 				       KVS_SEC_KEY_ORIGIN] + 2 * m);
 	}
-	for (int base = 0; base < items; base += 4 * blockDim.x) {
-		raw_item r[4];
+	for (int base = 0; base < items; base += U * blockDim.x) {
+		raw_item r[U];
 
 #pragma unroll
-		for (int u = 0; u < 4; u++) {
+		for (int u = 0; u < U; u++) {
 			const int i = base + u * blockDim.x + tid;
 
 			if (i < items)
@@ -403,7 +405,7 @@ static __device__ void raw_chunk(const attn_params &p, const kvs_cuda_seq &sq,
 			__syncthreads();
 		}
 #pragma unroll
-		for (int u = 0; u < 4; u++) {
+		for (int u = 0; u < U; u++) {
 			const int i = base + u * blockDim.x + tid;
 			const int t = i / per_tok, d = i % per_tok * 8;
 			float kx[8], vx[8];
@@ -420,6 +422,7 @@ static __device__ void raw_chunk(const attn_params &p, const kvs_cuda_seq &sq,
 	}
 }
 
+template <int U>
 static __device__ void generic_cta(const attn_params &p, int split, int h,
 				   int sub, int b, float *smem)
 {
@@ -457,7 +460,7 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 		const int per_tok = D / 8, items = n * per_tok;
 
 		if (raw)
-			raw_chunk(p, sq, b, h, c0, n, kt, vt, km, pitch);
+			raw_chunk<U>(p, sq, b, h, c0, n, kt, vt, km, pitch);
 		for (int base = 0; !raw && base < items;
 		     base += 4 * blockDim.x) {
 			float kx[4][8], vx[4][8];
@@ -656,6 +659,17 @@ static __device__ __forceinline__ uint32_t code_pair(uint32_t w, uint32_t w8,
  * MMA sums are the logits times 2^(KEY_EXP - 133); Values: codes 4^k 2^-24. */
 #define KEY_EXP 100
 
+/* 2^x for x <= 0 (the tile's probabilities and rescales): the MUFU
+ * approximation alone (relative error below 2^-22), results below 2^-126
+ * flushed to zero, which exp2f's range handling would keep */
+static __device__ __forceinline__ float exp2_tile(float x)
+{
+	float y;
+
+	asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+	return y;
+}
+
 /* log2 units of headroom the running reference keeps above the max */
 #define LAZY_HEADROOM 2.0f
 
@@ -758,23 +772,14 @@ struct fast_state {
  */
 template <bool SUB>
 static __device__ __forceinline__ float key_operand(const uint8_t *sg,
-						    const float *qk_s,
+						    const float (&q)[16],
 						    uint8_t *kb, int lane)
 {
 	const int h = lane >> 3, w = lane & 7;
-	const float4 *qv = reinterpret_cast<const float4 *>(qk_s +
-							   (h * 8 + w) * 20);
 	const uint4 *sv = reinterpret_cast<const uint4 *>(sg + T_KS + 32 * w);
 	const uint4 *ov = reinterpret_cast<const uint4 *>(sg + T_KO + 32 * w);
-	float q[16], x[16], ao[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+	float x[16], ao[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 
-#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		float4 t = qv[i];
-
-		q[4 * i] = t.x; q[4 * i + 1] = t.y;
-		q[4 * i + 2] = t.z; q[4 * i + 3] = t.w;
-	}
 #pragma unroll
 	for (int i = 0; i < 2; i++) {
 		const uint4 s4 = sv[i], o4 = ov[i];
@@ -901,52 +906,58 @@ static __device__ __forceinline__ void value_update(const uint8_t *sg,
 /* One 32-token tile from a stage: logits, online softmax, value update. */
 template <bool SUB>
 static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
-						 const float *qk_s,
+						 const float (&q)[16],
 						 uint8_t *scratch, float *p_s,
 						 fast_state &st, int lane)
 {
 	const int gi = lane >> 2, ti = lane & 3;
 
 	/* Key: B operand through shared memory, A from the codes */
-	const float a_h = key_operand<SUB>(sg, qk_s, scratch, lane);
+	const float a_h = key_operand<SUB>(sg, q, scratch, lane);
 	const float a_j = __shfl_sync(0xffffffffu, a_h, 8 * ti);
 	__syncwarp();
-	/* per 16-token M-block, two accumulator chains (parity of s) of four
-	 * MMAs each; the B fragments are read again for the second block
-	 * rather than held in registers */
+	/* per 16-token M-block, one accumulator chain of eight MMAs; each
+	 * ldmatrix of B (two K-blocks) serves both M-blocks */
 	const uint8_t *brow = scratch + (lane & 7) * KB_PITCH +
 			      16 * (lane >> 3);
 	const float ls = SUB ? 0x1p33f : 1.0f;
+	uint2 w0[2], w1[2];
+	float c[2][4];
+#pragma unroll
+	for (int mb = 0; mb < 2; mb++) {
+		w0[mb] = *reinterpret_cast<const uint2 *>(
+			sg + T_KC + (gi + 16 * mb) * 32 + 8 * ti);
+		w1[mb] = *reinterpret_cast<const uint2 *>(
+			sg + T_KC + (gi + 8 + 16 * mb) * 32 + 8 * ti);
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			c[mb][e] = 0.0f;
+	}
+#pragma unroll
+	for (int pr = 0; pr < 4; pr++) {
+		uint32_t b[4];
+
+		ldsm4<false>(b, brow + 64 * pr);
+#pragma unroll
+		for (int hs = 0; hs < 2; hs++)
+#pragma unroll
+			for (int mb = 0; mb < 2; mb++) {
+				const int s = 2 * pr + hs;
+				const uint2 x0 = w0[mb], x1 = w1[mb];
+
+				mma16816<true>(c[mb],
+					 code_pair<SUB, true>(x0.x, x0.x >> 8, s),
+					 code_pair<SUB, true>(x1.x, x1.x >> 8, s),
+					 code_pair<SUB, true>(x0.y, x0.y >> 8, s),
+					 code_pair<SUB, true>(x1.y, x1.y >> 8, s),
+					 b[2 * hs], b[2 * hs + 1]);
+			}
+	}
 	float logit[4];
 #pragma unroll
 	for (int mb = 0; mb < 2; mb++) {
-		const uint2 w0 = *reinterpret_cast<const uint2 *>(
-			sg + T_KC + (gi + 16 * mb) * 32 + 8 * ti);
-		const uint2 w1 = *reinterpret_cast<const uint2 *>(
-			sg + T_KC + (gi + 8 + 16 * mb) * 32 + 8 * ti);
-		float c[2][4] = { { 0.0f, 0.0f, 0.0f, 0.0f },
-				  { 0.0f, 0.0f, 0.0f, 0.0f } };
-#pragma unroll
-		for (int pr = 0; pr < 4; pr++) {
-			uint32_t b[4];
-
-			ldsm4<false>(b, brow + 64 * pr);
-#pragma unroll
-			for (int hs = 0; hs < 2; hs++) {
-				const int s = 2 * pr + hs;
-
-				mma16816<true>(c[hs],
-					 code_pair<SUB, true>(w0.x, w0.x >> 8, s),
-					 code_pair<SUB, true>(w1.x, w1.x >> 8, s),
-					 code_pair<SUB, true>(w0.y, w0.y >> 8, s),
-					 code_pair<SUB, true>(w1.y, w1.y >> 8, s),
-					 b[2 * hs], b[2 * hs + 1]);
-			}
-		}
-		logit[2 * mb] = fmaf((c[0][0] + c[1][0]) + (c[0][1] + c[1][1]),
-				     ls, a_j);
-		logit[2 * mb + 1] = fmaf((c[0][2] + c[1][2]) +
-					 (c[0][3] + c[1][3]), ls, a_j);
+		logit[2 * mb] = fmaf(c[mb][0] + c[mb][1], ls, a_j);
+		logit[2 * mb + 1] = fmaf(c[mb][2] + c[mb][3], ls, a_j);
 	}
 
 	/* online softmax for head ti over the warp's tokens.  st.m is a
@@ -963,7 +974,7 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 		tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 16));
 		const float m_new = tmax > st.m ? tmax + LAZY_HEADROOM : st.m;
 		/* the lane's accumulators are its own head ti's */
-		const float alpha = exp2f(st.m - m_new);
+		const float alpha = exp2_tile(st.m - m_new);
 
 		st.l *= alpha;
 		st.m = m_new;
@@ -983,7 +994,7 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 	for (int r = 0; r < 4; r++) {
 		/* logit[r] is token gi + 8 * (r's row): rows 0, 8, 16, 24 */
 		const int tok = gi + 8 * (r & 1) + 16 * (r >> 1);
-		const float pr = exp2f(logit[r] - st.m);
+		const float pr = exp2_tile(logit[r] - st.m);
 
 		psum += pr;
 		p_s[ti * P_PITCH + tok] = pr;
@@ -1046,6 +1057,20 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 	st.m = -INFINITY;
 	st.l = 0.0f;
 	__syncthreads();
+	/* lane (h, w)'s 16 query channels 16w .. 16w+15 of head h, kept in
+	 * registers for every tile (key_operand) */
+	float q[16];
+	{
+		const float4 *qv = reinterpret_cast<const float4 *>(
+			qk_s + ((lane >> 3) * 8 + (lane & 7)) * 20);
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const float4 t = qv[i];
+
+			q[4 * i] = t.x; q[4 * i + 1] = t.y;
+			q[4 * i + 2] = t.z; q[4 * i + 3] = t.w;
+		}
+	}
 
 	tile_cursor cur;
 	uint8_t *stage[STAGES];
@@ -1069,7 +1094,7 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 		cp_commit();
 		cp_wait<STAGES - 1>();
 		__syncwarp();
-		fast_tile<SUB>(stage[0], qk_s, scratch, p_s, st, lane);
+		fast_tile<SUB>(stage[0], q, scratch, p_s, st, lane);
 		/* rotate the ring: the stage just read is refilled next */
 		uint8_t *done = stage[0];
 #pragma unroll
@@ -1158,7 +1183,9 @@ attn_kernel(const attn_params p)
 	if (FAST && (int)blockIdx.x >= gen)
 		fast_cta<SUB>(p, split, h, sub, b, smem);
 	else
-		generic_cta(p, split, h, sub, b,
+		/* the 4-CTA build keeps two raw items in flight, not four,
+		 * to stay within 128 registers */
+		generic_cta<MIN_CTAS >= 4 ? 2 : 4>(p, split, h, sub, b,
 			    reinterpret_cast<float *>(smem));
 }
 
@@ -1326,15 +1353,15 @@ static int subnormal_ok(cudaStream_t stream, uint32_t flags)
 typedef void (*attn_fn)(const attn_params);
 
 /* The build of the kernel for these arguments: generic only, or the fast
- * path capped at 168 registers for 3 CTAs per SM (default) or at 127 for
- * 4 (KVS_CUDA_ATTN_OCC4), with subnormal or biased code operands. */
+ * path capped at 128 registers for 4 CTAs per SM (default) or at 168 for
+ * 3 (KVS_CUDA_ATTN_OCC3), with subnormal or biased code operands. */
 static attn_fn pick_kernel(int fast_ok, uint32_t flags, int sub, int *variant)
 {
 	static const attn_fn fast[2][2] = {
 		{ attn_kernel<true, 4, false>, attn_kernel<true, 4, true> },
 		{ attn_kernel<true, 3, false>, attn_kernel<true, 3, true> },
 	};
-	const int occ3 = (flags & KVS_CUDA_ATTN_OCC4) == 0;
+	const int occ3 = (flags & KVS_CUDA_ATTN_OCC3) != 0;
 
 	*variant = !fast_ok ? 0 : 1 + 2 * occ3 + (sub != 0);
 	return !fast_ok ? attn_kernel<false, 3, false> : fast[occ3][sub != 0];
