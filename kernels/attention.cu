@@ -695,7 +695,7 @@ static __device__ __forceinline__ float2 h2f(uint32_t x)
 struct tile_cursor {
 	int slot, tt0;
 	uint32_t kc, km, vc, vm;        /* lane's source offsets */
-	uint32_t d_kc, d_vc, d_m;       /* lane's stage offsets */
+	uint32_t d_kc, d_vc, d_km, d_vm; /* lane's stage offsets */
 };
 
 static __device__ __forceinline__ void cursor_init(tile_cursor &c,
@@ -718,7 +718,10 @@ static __device__ __forceinline__ void cursor_init(tile_cursor &c,
 	       (uint32_t)h * p.S * 8 + 16 * half;
 	c.d_kc = 16 * lane;
 	c.d_vc = 16 * (lane ^ ((lane >> 3) & 1));
-	c.d_m = (step ? T_KS - T_KO : 0) + 16 * half;
+	/* Key metadata: 16-byte chunk j at j ^ (j >> 3 & 1), so that
+	 * key_operand()'s loads (lane w: chunks 2w, 2w+1) are conflict-free */
+	c.d_km = (step ? T_KS - T_KO : 0) + 16 * (half ^ ((half >> 3) & 1));
+	c.d_vm = (step ? T_KS - T_KO : 0) + 16 * half;
 }
 
 static __device__ __forceinline__ void cursor_next(tile_cursor &c,
@@ -752,8 +755,8 @@ static __device__ __forceinline__ void issue_tile(const attn_params &p,
 	cp_async16(stage + T_VC + c.d_vc, vc);
 	cp_async16(stage + T_VC + 512 + c.d_vc, vc + 512);
 	/* Key metadata: one 256-byte row per 32-token group (t8 = g * 256) */
-	cp_async16(stage + T_KO + c.d_m, pg + (c.km + t8));
-	cp_async16(stage + T_VO + c.d_m, pg + (c.vm + t8));
+	cp_async16(stage + T_KO + c.d_km, pg + (c.km + t8));
+	cp_async16(stage + T_VO + c.d_vm, pg + (c.vm + t8));
 }
 
 struct fast_state {
@@ -776,13 +779,17 @@ static __device__ __forceinline__ float key_operand(const uint8_t *sg,
 						    uint8_t *kb, int lane)
 {
 	const int h = lane >> 3, w = lane & 7;
-	const uint4 *sv = reinterpret_cast<const uint4 *>(sg + T_KS + 32 * w);
-	const uint4 *ov = reinterpret_cast<const uint4 *>(sg + T_KO + 32 * w);
+	/* chunk 2w + i of the row lies at 2w + (i ^ (w >> 2)) (issue_tile) */
+	const int sw4 = (w >> 2) & 1;
 	float x[16], ao[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 
 #pragma unroll
 	for (int i = 0; i < 2; i++) {
-		const uint4 s4 = sv[i], o4 = ov[i];
+		const int at = 32 * w + 16 * (i ^ sw4);
+		const uint4 s4 = *reinterpret_cast<const uint4 *>(sg + T_KS +
+								  at);
+		const uint4 o4 = *reinterpret_cast<const uint4 *>(sg + T_KO +
+								  at);
 		const uint32_t sw[4] = { s4.x, s4.y, s4.z, s4.w };
 		const uint32_t ow[4] = { o4.x, o4.y, o4.z, o4.w };
 #pragma unroll
