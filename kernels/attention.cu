@@ -17,11 +17,11 @@
  *          warp builds B = q * step (4 heads x hi/lo bf16 halves, 16
  *          significant bits) in shared memory once per tile (a tile is one
  *          Key group); A is the codes, masked in place.
- *   Value: out[j,d] += sum_t (p[t,j] step[t,g]) c[t,d] + sum_t p[t,j]
- *          o[t,g]; A = p * step and p * origin (fp16, rows 4 heads x 4
- *          channel groups, built in shared memory, read with ldmatrix),
- *          B = the codes; rows whose group is not the column's are computed
- *          and dropped.
+ *   Value: out^T[d,j] += sum_t c[t,d] (p[t,j] step[t,g]) + sum_t p[t,j]
+ *          o[t,g], transposed: A is the codes with channels as rows
+ *          (ldmatrix.trans, masked in place), B = p * step and p * origin
+ *          (fp16, columns 4 heads x 2 groups, built in registers); the
+ *          columns whose group is not the row's are computed and dropped.
  * Where the tensor cores take subnormal operands exactly (probed once), a
  * code operand is one AND: the pair of subnormals c * 4^k * 2^-133 (bf16) or
  * 2^-24 (fp16), whose scale the other operand or the output undoes;
