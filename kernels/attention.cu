@@ -692,6 +692,18 @@ static __device__ __forceinline__ float2 h2f(uint32_t x)
  * bytes per token).  A warp's tiles are WARPS * TILE tokens apart, so the
  * cursor only adds, never divides.
  */
+/*
+ * Byte offset in a stage of its 16-byte chunk @j, for the Value codes (two
+ * chunks per token) and the Key metadata rows: chunks 8..15 of every 16
+ * swap in pairs, so that the transposing ldmatrix of value_update() and the
+ * loads of key_operand() (8 rows 32 bytes apart) are free of bank
+ * conflicts.  The cp.async copies and both readers place chunks through it.
+ */
+static __device__ __forceinline__ uint32_t stage_chunk(uint32_t j)
+{
+	return 16 * (j ^ ((j >> 3) & 1));
+}
+
 struct tile_cursor {
 	int slot, tt0;
 	uint32_t kc, km, vc, vm;        /* lane's source offsets */
@@ -717,11 +729,11 @@ static __device__ __forceinline__ void cursor_init(tile_cursor &c,
 	c.vm = p.lay.off[step ? KVS_SEC_VAL_STEP : KVS_SEC_VAL_ORIGIN] +
 	       (uint32_t)h * p.S * 8 + 16 * half;
 	c.d_kc = 16 * lane;
-	c.d_vc = 16 * (lane ^ ((lane >> 3) & 1));
-	/* Key metadata: 16-byte chunk j at j ^ (j >> 3 & 1), so that
-	 * key_operand()'s loads (lane w: chunks 2w, 2w+1) are conflict-free */
-	c.d_km = (step ? T_KS - T_KO : 0) + 16 * (half ^ ((half >> 3) & 1));
-	c.d_vm = (step ? T_KS - T_KO : 0) + 16 * half;
+	const uint32_t meta = step ? T_KS - T_KO : 0;
+
+	c.d_vc = stage_chunk(lane);
+	c.d_km = meta + stage_chunk(half);
+	c.d_vm = meta + 16 * half;
 }
 
 static __device__ __forceinline__ void cursor_next(tile_cursor &c,
@@ -750,8 +762,7 @@ static __device__ __forceinline__ void issue_tile(const attn_params &p,
 
 	cp_async16(stage + T_KC + c.d_kc, kc);
 	cp_async16(stage + T_KC + 512 + c.d_kc, kc + 512);
-	/* Value codes: token t's 16-byte halves swapped when t & 4, so that
-	 * the transposing ldmatrix of value_update() is conflict-free */
+	/* Value codes and Key metadata through stage_chunk() */
 	cp_async16(stage + T_VC + c.d_vc, vc);
 	cp_async16(stage + T_VC + 512 + c.d_vc, vc + 512);
 	/* Key metadata: one 256-byte row per 32-token group (t8 = g * 256) */
@@ -779,13 +790,11 @@ static __device__ __forceinline__ float key_operand(const uint8_t *sg,
 						    uint8_t *kb, int lane)
 {
 	const int h = lane >> 3, w = lane & 7;
-	/* chunk 2w + i of the row lies at 2w + (i ^ (w >> 2)) (issue_tile) */
-	const int sw4 = (w >> 2) & 1;
 	float x[16], ao[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 
 #pragma unroll
 	for (int i = 0; i < 2; i++) {
-		const int at = 32 * w + 16 * (i ^ sw4);
+		const uint32_t at = stage_chunk(2 * w + i);
 		const uint4 s4 = *reinterpret_cast<const uint4 *>(sg + T_KS +
 								  at);
 		const uint4 o4 = *reinterpret_cast<const uint4 *>(sg + T_KO +
@@ -853,15 +862,17 @@ static __device__ __forceinline__ void value_update(const uint8_t *sg,
 	const int ti = lane & 3, n = lane >> 2;
 	const uint32_t sel = (n & 1) ? 0x7632u : 0x5410u;
 	const float *ph = p_s + (n >> 1) * P_PITCH + 2 * ti;
+	/* codes: matrix L / 8 = (half L / 16, tokens +8 if L & 8); the next
+	 * 16 tokens are 512 bytes on, swizzled alike */
+	const uint8_t *vrow = sg + T_VC +
+			      stage_chunk(2 * ((lane & 7) + (lane & 8)) +
+					  ((lane >> 4) & 1));
 
 #pragma unroll
 	for (int kb = 0; kb < 2; kb++) {
-		/* codes: matrix L / 8 = (half L / 16, tokens +8 if L & 8) */
-		const int mt = 16 * kb + (lane & 7) + (lane & 8);
 		uint32_t r[4], r8[4];
 
-		ldsm4<true>(r, sg + T_VC + 32 * mt +
-			    16 * (((lane >> 4) & 1) ^ ((mt >> 2) & 1)));
+		ldsm4<true>(r, vrow + 512 * kb);
 #pragma unroll
 		for (int i = 0; i < 4; i++)
 			r8[i] = r[i] >> 8;
