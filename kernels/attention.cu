@@ -14,18 +14,19 @@
  * computes on tensor cores (mma.sync m16n8k16), never widening codes beyond
  * registers:
  *   Key:   s[t,j] = sum_d q[j,d] o[d] + sum_d (q[j,d] step[d]) c[t,d].  The
- *          warp builds B = q * step (4 heads x hi/lo bf16 halves, 16
- *          significant bits) in shared memory once per tile (a tile is one
- *          Key group); A is the codes, masked in place.
+ *          warp builds B = q' * step (4 heads x hi/lo fp16 halves, 22
+ *          significant bits, q' the query under a power-of-two scale) in
+ *          shared memory once per tile (a tile is one Key group); A is the
+ *          codes, masked in place.
  *   Value: out^T[d,j] += sum_t c[t,d] (p[t,j] step[t,g]) + sum_t p[t,j]
  *          o[t,g], transposed: A is the codes with channels as rows
  *          (ldmatrix.trans, masked in place), B = p * step and p * origin
  *          (fp16, columns 4 heads x 2 groups, built in registers); the
  *          columns whose group is not the row's are computed and dropped.
- * Where the tensor cores take subnormal operands exactly (probed once), a
- * code operand is one AND: the pair of subnormals c * 4^k * 2^-133 (bf16) or
- * 2^-24 (fp16), whose scale the other operand or the output undoes;
- * otherwise a magic-number bias and one fma give the exact code.
+ * Where the tensor cores take fp16 subnormal operands exactly (probed
+ * once), a code operand is one AND: the pair of subnormals c * 4^k * 2^-24,
+ * whose scale the other operand or the output undoes; otherwise a
+ * magic-number bias and one fma give the exact code.
  *
  * Generic CTAs handle everything else (the residual tail, partial tiles,
  * other formats): they stage 32 tokens of K and V as fp32 in shared memory,
@@ -48,7 +49,8 @@
 #define SCRATCH_BYTES (8 * KB_PITCH)
 /* per-warp shared memory: stages, scratch, p[4][P_PITCH] */
 #define WARP_SMEM (STAGES * TILE_BYTES + SCRATCH_BYTES + HPC * P_PITCH * 4)
-#define QK_FLOATS (HPC * 8 * 20)
+/* query rows [head][w][20]: fp32 channels, then the Key B pairs (qh, ql) */
+#define QK_FLOATS (2 * HPC * 8 * 20)
 /* tile byte offsets inside a stage */
 #define T_KC 0
 #define T_KO 1024
@@ -456,16 +458,16 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 		int n = min(TILE, t1 - c0);
 
 		__syncthreads();
-		/* 8 channels per item, 4 items per thread in flight */
+		/* 8 channels per item, U items per thread in flight */
 		const int per_tok = D / 8, items = n * per_tok;
 
 		if (raw)
 			raw_chunk<U>(p, sq, b, h, c0, n, kt, vt, km, pitch);
 		for (int base = 0; !raw && base < items;
-		     base += 4 * blockDim.x) {
-			float kx[4][8], vx[4][8];
+		     base += U * blockDim.x) {
+			float kx[U][8], vx[U][8];
 #pragma unroll
-			for (int u = 0; u < 4; u++) {
+			for (int u = 0; u < U; u++) {
 				int i = base + u * blockDim.x + tid;
 
 				int t = i / per_tok, d = i % per_tok * 8;
@@ -476,7 +478,7 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 				}
 			}
 #pragma unroll
-			for (int u = 0; u < 4; u++) {
+			for (int u = 0; u < U; u++) {
 				int i = base + u * blockDim.x + tid;
 
 				int t = i / per_tok, d = i % per_tok * 8;
@@ -588,23 +590,16 @@ static __device__ __forceinline__ void cp_wait(void)
 	asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
 }
 
-/* D = A * B + D, m16n8k16, fp32 accumulators; A and B bf16 or fp16. */
-#define MMA16816(type)							\
-	asm("mma.sync.aligned.m16n8k16.row.col.f32." type "." type ".f32 "	\
-	    "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"	\
-	    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])		\
-	    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1))
-
-template <bool BF16>
+/* D = A * B + D, m16n8k16, fp16 operands, fp32 accumulators. */
 static __device__ __forceinline__ void mma16816(float c[4], uint32_t a0,
 						uint32_t a1, uint32_t a2,
 						uint32_t a3, uint32_t b0,
 						uint32_t b1)
 {
-	if (BF16)
-		MMA16816("bf16");
-	else
-		MMA16816("f16");
+	asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+	    "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+	    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+	    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 /* Four 8x8 matrices of 16-bit elements from shared memory (lane L gives
@@ -627,13 +622,13 @@ static __device__ __forceinline__ void ldsm4(uint32_t r[4], const void *p)
 
 /*
  * The codes at position @pos (0..7) of both 16-bit halves of a word of 16
- * packed codes (@w8 = @w >> 8 holds positions 4..7 at 0..3), as an MMA
- * operand pair (low half first).  SUB: masked in place, nothing else: the
- * pair of subnormals c * 4^(pos % 4) times the smallest subnormal of the
- * type (2^-133 in bf16, 2^-24 in fp16), which the caller's scales undo.
- * Otherwise the exact value c through a magic-number bias and one fma.
+ * packed codes (@w8 = @w >> 8 holds positions 4..7 at 0..3), as an fp16
+ * MMA operand pair (low half first).  SUB: masked in place, nothing else:
+ * the pair of subnormals c * 4^(pos % 4) * 2^-24, whose scale the other
+ * operand or the output undoes.  Otherwise the exact value c through a
+ * magic-number bias and one fma.
  */
-template <bool SUB, bool BF16>
+template <bool SUB>
 static __device__ __forceinline__ uint32_t code_pair(uint32_t w, uint32_t w8,
 						     int pos)
 {
@@ -642,22 +637,13 @@ static __device__ __forceinline__ uint32_t code_pair(uint32_t w, uint32_t w8,
 
 	if (SUB)
 		return x & (0x00030003u << (2 * k));
-	uint32_t y = ((x >> (2 * k)) & 0x00030003u) |
-		     (BF16 ? 0x43004300u : 0x64006400u);
+	const uint32_t y = ((x >> (2 * k)) & 0x00030003u) | 0x64006400u;
 	uint32_t r;
 
-	if (BF16)
-		asm("fma.rn.bf16x2 %0, %1, %2, %3;\n"
-		    : "=r"(r) : "r"(y), "r"(0x3F803F80u), "r"(0xC300C300u));
-	else
-		asm("fma.rn.f16x2 %0, %1, %2, %3;\n"
-		    : "=r"(r) : "r"(y), "r"(0x3C003C00u), "r"(0xE400E400u));
+	asm("fma.rn.f16x2 %0, %1, %2, %3;\n"
+	    : "=r"(r) : "r"(y), "r"(0x3C003C00u), "r"(0xE400E400u));
 	return r;
 }
-
-/* Key operands in SUB mode: B carries 2^KEY_EXP / 4^k, A 4^k 2^-133, so the
- * MMA sums are the logits times 2^(KEY_EXP - 133); Values: codes 4^k 2^-24. */
-#define KEY_EXP 100
 
 /* 2^x for x <= 0 (the tile's probabilities and rescales): the MUFU
  * approximation alone (relative error below 2^-22), results below 2^-126
@@ -672,13 +658,6 @@ static __device__ __forceinline__ float exp2_tile(float x)
 
 /* log2 units of headroom the running reference keeps above the max */
 #define LAZY_HEADROOM 2.0f
-
-static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
-{
-	__nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-
-	return *reinterpret_cast<uint32_t *>(&v);
-}
 
 static __device__ __forceinline__ float2 h2f(uint32_t x)
 {
@@ -770,6 +749,18 @@ static __device__ __forceinline__ void issue_tile(const attn_params &p,
 	cp_async16(stage + T_VO + c.d_vm, pg + (c.vm + t8));
 }
 
+/* Lane (h, w)'s query channels 16w .. 16w+15 of head h, scaled to log2
+ * units (origin dot), and as the Key B operand's fp16 pairs (key_operand),
+ * in registers or (QSH, the 4-CTA build) reread from shared memory at
+ * @qsh for every tile; ls undoes the B operand's scale for head ti, the
+ * lane's logit column. */
+struct key_query {
+	float q[16];
+	uint32_t qh[8], ql[8];
+	const uint4 *qsh;
+	float ls;
+};
+
 struct fast_state {
 	float acc[8][4];        /* value MMA accumulators (value_update) */
 	float acc_o[2][4];      /* sum p*origin per channel half */
@@ -777,20 +768,30 @@ struct fast_state {
 };
 
 /*
- * Key B operand of one tile, built by the warp together: lane (h, w)
- * multiplies the 16 channels 16w .. 16w+15 of head h by their steps and
- * writes hi/lo halves into rows 2h/2h+1 of the matrix @kb, in the K order
- * of the A side (channel 16w + 8e + s at k = 16s + 8(w&1) + 2(w>>1) + e).
- * Returns the head's origin dot sum_d q[d] o[d] (log2 units), summed over
- * the head's eight lanes.
+ * Key B operand of one tile, built by the warp together: lane (h, w) takes
+ * the 16 channels 16w .. 16w+15 of head h in the pairs (s, 8 + s) that are
+ * one word of the matrix @kb (rows 2h: hi, 2h+1: lo; channel 16w + 8e + s
+ * at k = 16s + 8(w&1) + 2(w>>1) + e, the K order of the A side).  B is
+ * q' * step in fp16 as hi + lo, q' the query scaled into [-1, 1] and split
+ * once per CTA into fp16 pairs @qh + @ql: hi = qh * step rounded, lo = ql *
+ * step + the exact error of hi, three packed fp16 operations per pair
+ * (22 significant bits; products under 2^-14 are subnormals, absolute error
+ * 2^-25 of the scale of q').  Returns the head's origin dot sum_d q[d] o[d]
+ * (log2 units, fp32), summed over the head's eight lanes.
  */
-template <bool SUB>
 static __device__ __forceinline__ float key_operand(const uint8_t *sg,
 						    const float (&q)[16],
+						    const uint32_t (&qh)[8],
+						    const uint32_t (&ql)[8],
 						    uint8_t *kb, int lane)
 {
 	const int h = lane >> 3, w = lane & 7;
-	float x[16], ao[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+	const int word = 4 * (w & 1) + (w >> 1);
+	uint32_t *hi_row = reinterpret_cast<uint32_t *>(kb + 2 * h * KB_PITCH);
+	uint32_t *lo_row = reinterpret_cast<uint32_t *>(kb + (2 * h + 1) *
+							KB_PITCH);
+	uint32_t sw[2][4], ow[2][4];
+	float ao[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 
 #pragma unroll
 	for (int i = 0; i < 2; i++) {
@@ -799,37 +800,42 @@ static __device__ __forceinline__ float key_operand(const uint8_t *sg,
 								  at);
 		const uint4 o4 = *reinterpret_cast<const uint4 *>(sg + T_KO +
 								  at);
-		const uint32_t sw[4] = { s4.x, s4.y, s4.z, s4.w };
-		const uint32_t ow[4] = { o4.x, o4.y, o4.z, o4.w };
-#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			const int c = 8 * i + 2 * e;
-			const float2 sf = h2f(sw[e]), of = h2f(ow[e]);
 
-			x[c] = q[c] * sf.x;
-			x[c + 1] = q[c + 1] * sf.y;
+		sw[i][0] = s4.x; sw[i][1] = s4.y; sw[i][2] = s4.z;
+		sw[i][3] = s4.w;
+		ow[i][0] = o4.x; ow[i][1] = o4.y; ow[i][2] = o4.z;
+		ow[i][3] = o4.w;
+	}
+#pragma unroll
+	for (int e = 0; e < 4; e++) {
+#pragma unroll
+		for (int i = 0; i < 2; i++) {
+			const int c = 8 * i + 2 * e;
+			const float2 of = h2f(ow[i][e]);
+
 			ao[c & 3] = fmaf(q[c], of.x, ao[c & 3]);
 			ao[(c + 1) & 3] = fmaf(q[c + 1], of.y, ao[(c + 1) & 3]);
 		}
-	}
-	const int word = 4 * (w & 1) + (w >> 1);
-	uint32_t *hi_row = reinterpret_cast<uint32_t *>(kb + 2 * h * KB_PITCH);
-	uint32_t *lo_row = reinterpret_cast<uint32_t *>(kb + (2 * h + 1) *
-							KB_PITCH);
 #pragma unroll
-	for (int s = 0; s < 8; s++) {
-		const uint32_t b0 = __float_as_uint(x[s]);
-		const uint32_t b1 = __float_as_uint(x[8 + s]);
+		for (int hs = 0; hs < 2; hs++) {
+			const int s = 2 * e + hs;
+			const uint32_t sp = __byte_perm(sw[0][e], sw[1][e],
+							hs ? 0x7632 : 0x5410);
+			uint32_t hi, r, lo;
 
-		hi_row[8 * s + word] = __byte_perm(b0, b1, 0x7632);
-		lo_row[8 * s + word] = pack_bf16(
-			x[s] - __uint_as_float(b0 & 0xffff0000u),
-			x[8 + s] - __uint_as_float(b1 & 0xffff0000u));
+			asm("mul.rn.f16x2 %0, %1, %2;\n"
+			    : "=r"(hi) : "r"(qh[s]), "r"(sp));
+			asm("{\n\t.reg .b32 t;\n\tneg.f16x2 t, %3;\n\t"
+			    "fma.rn.f16x2 %0, %1, %2, t;\n}\n"
+			    : "=r"(r) : "r"(qh[s]), "r"(sp), "r"(hi));
+			asm("fma.rn.f16x2 %0, %1, %2, %3;\n"
+			    : "=r"(lo) : "r"(ql[s]), "r"(sp), "r"(r));
+			hi_row[8 * s + word] = hi;
+			lo_row[8 * s + word] = lo;
+		}
 	}
-	/* q carries 2^(KEY_EXP - 2k) for channels d with d % 4 == k */
-	float a = SUB ? ao[0] * 0x1p-100f + ao[1] * 0x1p-98f +
-			ao[2] * 0x1p-96f + ao[3] * 0x1p-94f :
-			(ao[0] + ao[1]) + (ao[2] + ao[3]);
+	float a = (ao[0] + ao[1]) + (ao[2] + ao[3]);
+
 	a += __shfl_xor_sync(0xffffffffu, a, 1);
 	a += __shfl_xor_sync(0xffffffffu, a, 2);
 	a += __shfl_xor_sync(0xffffffffu, a, 4);
@@ -908,13 +914,13 @@ static __device__ __forceinline__ void value_update(const uint8_t *sg,
 		for (int hf = 0; hf < 2; hf++) {
 #pragma unroll
 			for (int k = 0; k < 4; k++)
-				mma16816<false>(st.acc[4 * hf + k],
-					code_pair<SUB, false>(r[2 * hf], r8[2 * hf], k),
-					code_pair<SUB, false>(r[2 * hf], r8[2 * hf], k + 4),
-					code_pair<SUB, false>(r[2 * hf + 1], r8[2 * hf + 1], k),
-					code_pair<SUB, false>(r[2 * hf + 1], r8[2 * hf + 1], k + 4),
+				mma16816(st.acc[4 * hf + k],
+					code_pair<SUB>(r[2 * hf], r8[2 * hf], k),
+					code_pair<SUB>(r[2 * hf], r8[2 * hf], k + 4),
+					code_pair<SUB>(r[2 * hf + 1], r8[2 * hf + 1], k),
+					code_pair<SUB>(r[2 * hf + 1], r8[2 * hf + 1], k + 4),
 					bs[hf][0], bs[hf][1]);
-			mma16816<false>(st.acc_o[hf], 0x3C003C00u, 0x3C003C00u,
+			mma16816(st.acc_o[hf], 0x3C003C00u, 0x3C003C00u,
 					0x3C003C00u, 0x3C003C00u, bo[hf][0],
 					bo[hf][1]);
 		}
@@ -922,23 +928,33 @@ static __device__ __forceinline__ void value_update(const uint8_t *sg,
 }
 
 /* One 32-token tile from a stage: logits, online softmax, value update. */
-template <bool SUB>
+template <bool SUB, bool QSH>
 static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
-						 const float (&q)[16],
+						 const key_query &kq,
 						 uint8_t *scratch, float *p_s,
 						 fast_state &st, int lane)
 {
 	const int gi = lane >> 2, ti = lane & 3;
 
 	/* Key: B operand through shared memory, A from the codes */
-	const float a_h = key_operand<SUB>(sg, q, scratch, lane);
+	uint32_t qh[8], ql[8];
+
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const uint4 t = QSH ? kq.qsh[i] :
+			make_uint4(kq.qh[2 * i], kq.qh[2 * i + 1],
+				   kq.ql[2 * i], kq.ql[2 * i + 1]);
+
+		qh[2 * i] = t.x; qh[2 * i + 1] = t.y;
+		ql[2 * i] = t.z; ql[2 * i + 1] = t.w;
+	}
+	const float a_h = key_operand(sg, kq.q, qh, ql, scratch, lane);
 	const float a_j = __shfl_sync(0xffffffffu, a_h, 8 * ti);
 	__syncwarp();
 	/* per 16-token M-block, one accumulator chain of eight MMAs; each
 	 * ldmatrix of B (two K-blocks) serves both M-blocks */
 	const uint8_t *brow = scratch + (lane & 7) * KB_PITCH +
 			      16 * (lane >> 3);
-	const float ls = SUB ? 0x1p33f : 1.0f;
 	uint2 w0[2], w1[2];
 	float c[2][4];
 #pragma unroll
@@ -963,19 +979,19 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 				const int s = 2 * pr + hs;
 				const uint2 x0 = w0[mb], x1 = w1[mb];
 
-				mma16816<true>(c[mb],
-					 code_pair<SUB, true>(x0.x, x0.x >> 8, s),
-					 code_pair<SUB, true>(x1.x, x1.x >> 8, s),
-					 code_pair<SUB, true>(x0.y, x0.y >> 8, s),
-					 code_pair<SUB, true>(x1.y, x1.y >> 8, s),
+				mma16816(c[mb],
+					 code_pair<SUB>(x0.x, x0.x >> 8, s),
+					 code_pair<SUB>(x1.x, x1.x >> 8, s),
+					 code_pair<SUB>(x0.y, x0.y >> 8, s),
+					 code_pair<SUB>(x1.y, x1.y >> 8, s),
 					 b[2 * hs], b[2 * hs + 1]);
 			}
 	}
 	float logit[4];
 #pragma unroll
 	for (int mb = 0; mb < 2; mb++) {
-		logit[2 * mb] = fmaf(c[mb][0] + c[mb][1], ls, a_j);
-		logit[2 * mb + 1] = fmaf(c[mb][2] + c[mb][3], ls, a_j);
+		logit[2 * mb] = fmaf(c[mb][0] + c[mb][1], kq.ls, a_j);
+		logit[2 * mb + 1] = fmaf(c[mb][2] + c[mb][3], kq.ls, a_j);
 	}
 
 	/* online softmax for head ti over the warp's tokens.  st.m is a
@@ -1024,7 +1040,7 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 	__syncwarp();
 }
 
-template <bool SUB>
+template <bool SUB, bool QSH>
 static __device__ void fast_cta(const attn_params &p, int split, int h,
 				int sub, int b, uint8_t *smem)
 {
@@ -1053,11 +1069,10 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 	const int mine = first < te ? (te - first + WARPS - 1) / WARPS : 0;
 	for (int e = tid; e < HPC * FAST_D; e += blockDim.x) {
 		const int jb = e / FAST_D, d = e % FAST_D;
-		float x = jb < nh ? ld_elem(p.qdt, p.q, (size_t)(b * p.Hq +
-				    hq0) * FAST_D + e) * p.scale_log2 : 0.0f;
+		const float x = jb < nh ? ld_elem(p.qdt, p.q, (size_t)(b *
+					p.Hq + hq0) * FAST_D + e) *
+					p.scale_log2 : 0.0f;
 
-		if (SUB)
-			x = ldexpf(x, KEY_EXP - 2 * (d & 3));
 		qk_s[(jb * 8 + d / 16) * 20 + d % 16] = x;
 	}
 	fast_state st;
@@ -1075,21 +1090,6 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 	st.m = -INFINITY;
 	st.l = 0.0f;
 	__syncthreads();
-	/* lane (h, w)'s 16 query channels 16w .. 16w+15 of head h, kept in
-	 * registers for every tile (key_operand) */
-	float q[16];
-	{
-		const float4 *qv = reinterpret_cast<const float4 *>(
-			qk_s + ((lane >> 3) * 8 + (lane & 7)) * 20);
-#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const float4 t = qv[i];
-
-			q[4 * i] = t.x; q[4 * i + 1] = t.y;
-			q[4 * i + 2] = t.z; q[4 * i + 3] = t.w;
-		}
-	}
-
 	tile_cursor cur;
 	uint8_t *stage[STAGES];
 
@@ -1104,6 +1104,61 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 		}
 		cp_commit();
 	}
+	/* lane (h, w)'s 16 query channels 16w .. 16w+15 of head h, kept in
+	 * registers for every tile (key_operand); q' = q 2^(e - 2k (SUB)),
+	 * k = d % 4, in [-1, 1] for the head's largest |q| = f 2^-e */
+	key_query kq;
+	{
+		const float4 *qv = reinterpret_cast<const float4 *>(
+			qk_s + ((lane >> 3) * 8 + (lane & 7)) * 20);
+		float mx = 0.0f;
+		int ex = 0;
+
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const float4 t = qv[i];
+
+			kq.q[4 * i] = t.x; kq.q[4 * i + 1] = t.y;
+			kq.q[4 * i + 2] = t.z; kq.q[4 * i + 3] = t.w;
+			mx = fmaxf(mx, fmaxf(fmaxf(fabsf(t.x), fabsf(t.y)),
+					     fmaxf(fabsf(t.z), fabsf(t.w))));
+		}
+		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+		if (mx > 0.0f && mx <= 0x1p100f)
+			frexpf(mx, &ex);
+		else if (mx > 0x1p100f)
+			ex = 100;
+#pragma unroll
+		for (int s = 0; s < 8; s++) {
+			const int sh = SUB ? -ex - 2 * (s & 3) : -ex;
+			const float a = ldexpf(kq.q[s], sh);
+			const float c = ldexpf(kq.q[8 + s], sh);
+			const __half2 hi = __floats2half2_rn(a, c);
+			const float2 hf = __half22float2(hi);
+			const __half2 lo = __floats2half2_rn(a - hf.x,
+							     c - hf.y);
+
+			kq.qh[s] = *reinterpret_cast<const uint32_t *>(&hi);
+			kq.ql[s] = *reinterpret_cast<const uint32_t *>(&lo);
+		}
+		/* pairs 2i, 2i+1 of qh then of ql in 16 bytes; each warp
+		 * writes the same values */
+		uint4 *row = reinterpret_cast<uint4 *>(qk_s + HPC * 8 * 20 +
+			((lane >> 3) * 8 + (lane & 7)) * 20);
+		kq.qsh = row;
+		if (QSH)
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				row[i] = make_uint4(kq.qh[2 * i],
+						    kq.qh[2 * i + 1],
+						    kq.ql[2 * i],
+						    kq.ql[2 * i + 1]);
+		/* logit = MMA sum * 2^(24 (SUB) + ex) for head ti */
+		kq.ls = __shfl_sync(0xffffffffu,
+				    ldexpf(1.0f, (SUB ? 24 : 0) + ex), 8 * ti);
+	}
 	for (int k = 0; k < mine; k++) {
 		if (k + STAGES - 1 < mine) {
 			issue_tile(p, cur, pages, stage[STAGES - 1]);
@@ -1112,7 +1167,7 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 		cp_commit();
 		cp_wait<STAGES - 1>();
 		__syncwarp();
-		fast_tile<SUB>(stage[0], q, scratch, p_s, st, lane);
+		fast_tile<SUB, QSH>(stage[0], kq, scratch, p_s, st, lane);
 		/* rotate the ring: the stage just read is refilled next */
 		uint8_t *done = stage[0];
 #pragma unroll
@@ -1199,7 +1254,7 @@ attn_kernel(const attn_params p)
 	/* the merge may be placed now; it waits for this grid's results */
 	asm volatile("griddepcontrol.launch_dependents;\n");
 	if (FAST && (int)blockIdx.x >= gen)
-		fast_cta<SUB>(p, split, h, sub, b, smem);
+		fast_cta<SUB, (MIN_CTAS >= 4)>(p, split, h, sub, b, smem);
 	else
 		/* the 4-CTA build keeps two raw items in flight, not four,
 		 * to stay within 128 registers */
@@ -1208,24 +1263,27 @@ attn_kernel(const attn_params p)
 }
 
 /*
- * Whether the tensor cores take subnormal operands exactly (the SUB
- * operand trick): one warp, bf16 A = 2^-133 and 192 * 2^-133, B = 2^100;
- * fp16 A = 3 * 2^-24, B = 1.
+ * Whether the tensor cores take fp16 subnormal operands exactly (the SUB
+ * code operands, and Key B products under 2^-14): one warp; A = 3 * 2^-24,
+ * B = 1; A = 1, B = 2^-24 and 3 * 2^-24; A = B = 2^-24.
  */
 __global__ void subnormal_probe(int *ok)
 {
-	float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f }, d[4] = { 0, 0, 0, 0 };
+	float c[4] = { 0, 0, 0, 0 }, d[4] = { 0, 0, 0, 0 };
+	float e[4] = { 0, 0, 0, 0 };
 	const int lane = threadIdx.x;
 
-	mma16816<true>(c, 0x00010001u, 0x00C000C0u, 0x00010001u,
-		       0x00C000C0u, 0x71807180u, 0x71807180u);
-	mma16816<false>(d, 0x00030003u, 0x00030003u, 0x00030003u,
-			0x00030003u, 0x3C003C00u, 0x3C003C00u);
-	bool good = c[0] == 0x1p-29f && c[1] == 0x1p-29f &&
-		    c[2] == 16.0f * 192.0f * 0x1p-33f &&
-		    c[3] == 16.0f * 192.0f * 0x1p-33f;
-	for (int e = 0; e < 4; e++)
-		good = good && d[e] == 48.0f * 0x1p-24f;
+	mma16816(c, 0x00030003u, 0x00030003u, 0x00030003u, 0x00030003u,
+		 0x3C003C00u, 0x3C003C00u);
+	mma16816(d, 0x3C003C00u, 0x3C003C00u, 0x3C003C00u, 0x3C003C00u,
+		 0x00010001u, 0x00030003u);
+	mma16816(e, 0x00010001u, 0x00010001u, 0x00010001u, 0x00010001u,
+		 0x00010001u, 0x00010001u);
+	bool good = true;
+
+	for (int i = 0; i < 4; i++)
+		good = good && c[i] == 48.0f * 0x1p-24f &&
+		       d[i] == 32.0f * 0x1p-24f && e[i] == 0x1p-44f;
 	if (!__all_sync(0xffffffffu, good) && lane == 0)
 		*ok = 0;
 }
