@@ -77,6 +77,8 @@ struct attn_params {
 	int n_fast, n_gen, n_slots;
 	int fast_tps;           /* tiles per fast split */
 	int gen_tps;            /* tokens per generic split, multiple of 32 */
+	int hyb_tps;            /* tiles a generic split takes after its
+				   tokens (from n_fast * fast_tps on), or 0 */
 	int fast_ok;
 };
 
@@ -1041,13 +1043,13 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 }
 
 template <bool SUB, bool QSH>
-static __device__ void fast_cta(const attn_params &p, int split, int h,
+static __device__ void fast_cta(const attn_params &p, int tb, int tps,
+				int slot, int h,
 				int sub, int b, uint8_t *smem)
 {
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int gi = lane >> 2, ti = lane & 3;
 	const int hq0 = h * p.gq + sub * HPC, nh = min(HPC, p.gq - sub * HPC);
-	const int tb = split * p.fast_tps;
 	uint8_t *wsm = smem + warp * WARP_SMEM;
 	uint8_t *scratch = wsm + STAGES * TILE_BYTES;
 	float *p_s = reinterpret_cast<float *>(scratch + SCRATCH_BYTES);
@@ -1058,13 +1060,13 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 	float *qk_s = reinterpret_cast<float *>(smem + WARPS * WARP_SMEM);
 	int32_t *pages = reinterpret_cast<int32_t *>(qk_s + QK_FLOATS);
 	const int page0 = tb * TILE / p.S;
-	const int npages = min((tb + p.fast_tps - 1) * TILE / p.S - page0 + 1,
+	const int npages = min((tb + tps - 1) * TILE / p.S - page0 + 1,
 			       (int)p.max_pages - page0);
 	for (int i = tid; i < npages; i += blockDim.x)
 		pages[i] = p.page_table[(size_t)b * p.max_pages + page0 + i];
 	const kvs_cuda_seq sq = p.seqs[b];
 	const int tiles = fast_end(p, sq) / TILE;
-	const int te = min(tiles, tb + p.fast_tps);
+	const int te = min(tiles, tb + tps);
 	const int first = tb + warp;
 	const int mine = first < te ? (te - first + WARPS - 1) / WARPS : 0;
 	for (int e = tid; e < HPC * FAST_D; e += blockDim.x) {
@@ -1229,7 +1231,7 @@ static __device__ void fast_cta(const attn_params &p, int split, int h,
 					x += v * exp2f(mw - mx);
 			}
 		}
-		partial(p, b, hq0 + jj, split)[d] = x;
+		partial(p, b, hq0 + jj, slot)[d] = x;
 	}
 }
 
@@ -1253,13 +1255,23 @@ attn_kernel(const attn_params p)
 
 	/* the merge may be placed now; it waits for this grid's results */
 	asm volatile("griddepcontrol.launch_dependents;\n");
-	if (FAST && (int)blockIdx.x >= gen)
-		fast_cta<SUB, (MIN_CTAS >= 4)>(p, split, h, sub, b, smem);
-	else
+	int tb = split * p.fast_tps, tps = p.fast_tps, slot = split;
+
+	if (!FAST || (int)blockIdx.x < gen) {
 		/* the 4-CTA build keeps two raw items in flight, not four,
 		 * to stay within 128 registers */
 		generic_cta<MIN_CTAS >= 4 ? 2 : 4>(p, split, h, sub, b,
 			    reinterpret_cast<float *>(smem));
+		if (!FAST || !p.hyb_tps)
+			return;
+		/* then its share of the tiles, so that its slot does not
+		 * idle while the fast CTAs finish */
+		__syncthreads();
+		tb = p.n_fast * p.fast_tps + split * p.hyb_tps;
+		tps = p.hyb_tps;
+		slot = p.n_fast + p.n_gen + split;
+	}
+	fast_cta<SUB, (MIN_CTAS >= 4)>(p, tb, tps, slot, h, sub, b, smem);
 }
 
 /*
@@ -1489,41 +1501,75 @@ static double gen_chunk_cost(void)
 }
 #define MERGE_THREADS 256
 
+/* a generic CTA's share of the tiles costs its tiles per warp + this
+ * (the fast CTA's prologue and epilogue a second time, after its chunks;
+ * 2 measured slower at (1, 32K) in the 3-CTA build) */
+#define HYB_COST 4
+
+struct split_plan {
+	int n_fast, n_gen;      /* CTAs per unit */
+	int fast_tps;           /* tiles per fast CTA */
+	int hyb_tps;            /* tiles per generic CTA after its tokens */
+};
+
 /*
  * Fast and generic splits per unit: both kinds run side by side, so the
- * plan minimises waves x the longer of a fast warp's tiles and a generic
- * CTA's chunks (in fast-tile units, + a fixed cost each), over all the
- * splits that fit.  The last answer is kept per thread: decode steps
+ * plan minimises waves x the longest CTA (in fast-tile units: a fast CTA's
+ * tiles per warp + a fixed cost, a generic CTA's chunks) over all the
+ * splits that fit.  In a single wave a generic CTA's slot would idle once
+ * its chunks are done, so it also takes a share of the tiles, sized to end
+ * with the fast CTAs (its second prologue counted as HYB_COST tiles); with
+ * more waves the block scheduler fills a freed slot anyway, and holding it
+ * measured slower.  @force: a share of at least one tile per warp in any
+ * case, for tests.  The last answer is kept per thread: decode steps
  * repeat shapes.
  */
 static void plan_split(int units, int slots, int tiles, int chunks,
-		       int *n_fast, int *n_gen)
+		       int force, struct split_plan *out)
 {
-	static thread_local int key[4], ans[2];
+	static thread_local int key[5];
+	static thread_local struct split_plan ans;
 	const int cap = (tiles + WARPS - 1) / WARPS;
 	double best = 1e30;
 
 	if (key[0] == units && key[1] == slots && key[2] == tiles &&
-	    key[3] == chunks) {
-		*n_fast = ans[0];
-		*n_gen = ans[1];
+	    key[3] == chunks && key[4] == force + 1) {
+		*out = ans;
 		return;
 	}
-	*n_fast = *n_gen = 1;
+	*out = (struct split_plan){ 1, 1, tiles, 0 };
 	for (int g = 1; g <= chunks; g++) {
 		const double t_g = gen_chunk_cost() * ((chunks + g - 1) / g) + 1;
 
 		for (int f = 1; f <= cap && f <= 4 * slots; f++) {
 			const double waves = (units * (f + g) + slots - 1) /
 					     slots;
-			const double t_f = ((tiles + f - 1) / f + WARPS - 1) /
-					   WARPS + 2;
-			const double cost = waves * (t_f > t_g ? t_f : t_g);
+			/* t_f = F / W + 2 = t_g + H / W + HYB_COST where
+			 * f F + g H covers the tiles */
+			int h0 = (int)((tiles - WARPS * f *
+					(t_g + HYB_COST - 2)) / (f + g));
 
-			if (cost < best - 1e-9) {
-				best = cost;
-				*n_fast = f;
-				*n_gen = g;
+			h0 = h0 > 0 && waves < 2 ? h0 / WARPS * WARPS : 0;
+			if (force && h0 < WARPS)
+				h0 = WARPS;
+			for (int hy = h0; hy <= h0 + (h0 ? WARPS : 0);
+			     hy += WARPS) {
+				const int rest = tiles - g * hy;
+
+				if (rest < f)
+					continue;
+				const int F = (rest + f - 1) / f;
+				const double t_f = (F + WARPS - 1) / WARPS + 2;
+				const double t_h = t_g + (hy ? (hy + WARPS - 1) /
+							  WARPS + HYB_COST : 0);
+				const double cost = waves *
+						    (t_f > t_h ? t_f : t_h);
+
+				if (cost < best - 1e-9) {
+					best = cost;
+					*out = (struct split_plan){ f, g, F,
+								    hy };
+				}
 			}
 		}
 	}
@@ -1531,8 +1577,8 @@ static void plan_split(int units, int slots, int tiles, int chunks,
 	key[1] = slots;
 	key[2] = tiles;
 	key[3] = chunks;
-	ans[0] = *n_fast;
-	ans[1] = *n_gen;
+	key[4] = force + 1;
+	ans = *out;
 }
 
 /* Fills everything but pointers' validity; 0 or -KVS_EPARAM. */
@@ -1584,20 +1630,27 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 
 	if (chunks < 1)
 		chunks = 1;
-	p->n_fast = 0;
-	p->fast_tps = 1;
-	if (max_tiles > 0) {
-		plan_split(units, slots, max_tiles, chunks, &p->n_fast,
-			   &n_gen);
-		p->fast_tps = (max_tiles + p->n_fast - 1) / p->n_fast;
-		p->n_fast = (max_tiles + p->fast_tps - 1) / p->fast_tps;
-	} else {
-		n_gen = (2 * slots + units - 1) / units;
-	}
+	struct split_plan sp = { 0, 0, 1, 0 };
+
+	if (max_tiles > 0)
+		plan_split(units, slots, max_tiles, chunks,
+			   (a->flags & KVS_CUDA_ATTN_HYBRID) != 0, &sp);
+	n_gen = max_tiles > 0 ? sp.n_gen : (2 * slots + units - 1) / units;
 	n_gen = n_gen < 1 ? 1 : (n_gen > chunks ? chunks : n_gen);
 	p->gen_tps = TILE * ((chunks + n_gen - 1) / n_gen);
 	p->n_gen = (int)((chunks * TILE + p->gen_tps - 1) / p->gen_tps);
-	p->n_slots = p->n_fast + p->n_gen;
+	/* the generic CTAs' share first (their count may have shrunk), the
+	 * fast CTAs cover the rest */
+	p->hyb_tps = sp.hyb_tps;
+	p->fast_tps = sp.fast_tps;
+	p->n_fast = 0;
+	if (max_tiles > 0) {
+		const int rest = max_tiles - p->n_gen * p->hyb_tps;
+
+		p->n_fast = rest > 0 ? (rest + p->fast_tps - 1) / p->fast_tps
+				     : 0;
+	}
+	p->n_slots = p->n_fast + p->n_gen * (p->hyb_tps ? 2 : 1);
 	return 0;
 }
 
@@ -1670,14 +1723,14 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 
 	const int sub = p.fast_ok ? subnormal_ok(stream, a->flags) : 0;
 	size_t smem = generic_smem(p.D);
-	size_t fast = fast_smem(p.fast_tps, p.S);
+	size_t fast = fast_smem(max(p.fast_tps, p.hyb_tps), p.S);
 	if (p.fast_ok && fast > smem)
 		smem = fast;
-	dim3 grid(p.n_slots * p.B * p.Hkv * p.nsub);
+	dim3 grid((p.n_fast + p.n_gen) * p.B * p.Hkv * p.nsub);
 	kvs_log(KVS_LOG_DEBUG, "cuda attend: units %d, fast %d x %d tiles, "
-		"generic %d x %d tokens, grid %u, subnormal operands %d",
-		p.B * p.Hkv * p.nsub, p.n_fast, p.fast_tps, p.n_gen, p.gen_tps,
-		grid.x, sub);
+		"generic %d x (%d tokens + %d tiles), grid %u, subnormal "
+		"operands %d", p.B * p.Hkv * p.nsub, p.n_fast, p.fast_tps,
+		p.n_gen, p.gen_tps, p.hyb_tps, grid.x, sub);
 	int variant;
 	attn_fn fn = pick_kernel(p.fast_ok, a->flags, sub, &variant);
 

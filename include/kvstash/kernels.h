@@ -155,6 +155,9 @@ struct kvs_cuda_attn {
 /* the fast path's biased code operands even where the tensor cores take
  * subnormal ones (for tests and comparison) */
 #define KVS_CUDA_ATTN_NO_SUBNORMAL 0x4u
+/* every generic (residual-tail) CTA also takes a share of the history
+ * tiles, even where the split plan would give it none (for tests) */
+#define KVS_CUDA_ATTN_HYBRID 0x10u
 
 /* Workspace bytes kvs_cuda_attend() needs for these arguments. */
 uint64_t kvs_cuda_attn_workspace(const struct kvs_cuda_attn *args);
