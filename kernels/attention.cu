@@ -923,8 +923,7 @@ static __device__ __forceinline__ void value_update(const uint8_t *sg,
 					code_pair<SUB>(r[2 * hf + 1], r8[2 * hf + 1], k + 4),
 					bs[hf][0], bs[hf][1]);
 			mma16816(st.acc_o[hf], 0x3C003C00u, 0x3C003C00u,
-					0x3C003C00u, 0x3C003C00u, bo[hf][0],
-					bo[hf][1]);
+				 0x3C003C00u, 0x3C003C00u, bo[hf][0], bo[hf][1]);
 		}
 	}
 }
@@ -1042,10 +1041,14 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 	__syncwarp();
 }
 
+/*
+ * The fast path over tiles [@tb, @tb + @tps) of a unit (those its sequence
+ * has; warp w takes every fourth from tb + w): one partial per query head
+ * into workspace slot @slot.  A fast CTA, or a generic CTA's share.
+ */
 template <bool SUB, bool QSH>
 static __device__ void fast_cta(const attn_params &p, int tb, int tps,
-				int slot, int h,
-				int sub, int b, uint8_t *smem)
+				int slot, int h, int sub, int b, uint8_t *smem)
 {
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int gi = lane >> 2, ti = lane & 3;
