@@ -758,8 +758,8 @@ static __device__ __forceinline__ void issue_tile(const attn_params &p,
  * lane's logit column. */
 struct key_query {
 	float q[16];
-	uint32_t qh[8], ql[8];
-	const uint4 *qsh;
+	uint4 qp[4];            /* qh[2i], qh[2i+1], ql[2i], ql[2i+1] */
+	const uint4 *qsh;       /* the same, in shared memory */
 	float ls;
 };
 
@@ -942,9 +942,7 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 
 #pragma unroll
 	for (int i = 0; i < 4; i++) {
-		const uint4 t = QSH ? kq.qsh[i] :
-			make_uint4(kq.qh[2 * i], kq.qh[2 * i + 1],
-				   kq.ql[2 * i], kq.ql[2 * i + 1]);
+		const uint4 t = QSH ? kq.qsh[i] : kq.qp[i];
 
 		qh[2 * i] = t.x; qh[2 * i + 1] = t.y;
 		ql[2 * i] = t.z; ql[2 * i + 1] = t.w;
@@ -1115,7 +1113,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 	key_query kq;
 	{
 		const float4 *qv = reinterpret_cast<const float4 *>(
-			qk_s + ((lane >> 3) * 8 + (lane & 7)) * 20);
+			qk_s + lane * 20);
 		float mx = 0.0f;
 		int ex = 0;
 
@@ -1135,6 +1133,8 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 			frexpf(mx, &ex);
 		else if (mx > 0x1p100f)
 			ex = 100;
+		uint32_t qh[8], ql[8];
+
 #pragma unroll
 		for (int s = 0; s < 8; s++) {
 			const int sh = SUB ? -ex - 2 * (s & 3) : -ex;
@@ -1145,21 +1145,20 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 			const __half2 lo = __floats2half2_rn(a - hf.x,
 							     c - hf.y);
 
-			kq.qh[s] = *reinterpret_cast<const uint32_t *>(&hi);
-			kq.ql[s] = *reinterpret_cast<const uint32_t *>(&lo);
+			qh[s] = *reinterpret_cast<const uint32_t *>(&hi);
+			ql[s] = *reinterpret_cast<const uint32_t *>(&lo);
 		}
-		/* pairs 2i, 2i+1 of qh then of ql in 16 bytes; each warp
-		 * writes the same values */
+		/* each warp writes the same values to the shared copy */
 		uint4 *row = reinterpret_cast<uint4 *>(qk_s + HPC * 8 * 20 +
-			((lane >> 3) * 8 + (lane & 7)) * 20);
+						       lane * 20);
 		kq.qsh = row;
-		if (QSH)
 #pragma unroll
-			for (int i = 0; i < 4; i++)
-				row[i] = make_uint4(kq.qh[2 * i],
-						    kq.qh[2 * i + 1],
-						    kq.ql[2 * i],
-						    kq.ql[2 * i + 1]);
+		for (int i = 0; i < 4; i++) {
+			kq.qp[i] = make_uint4(qh[2 * i], qh[2 * i + 1],
+					      ql[2 * i], ql[2 * i + 1]);
+			if (QSH)
+				row[i] = kq.qp[i];
+		}
 		/* logit = MMA sum * 2^(24 (SUB) + ex) for head ti */
 		kq.ls = __shfl_sync(0xffffffffu,
 				    ldexpf(1.0f, (SUB ? 24 : 0) + ex), 8 * ti);
