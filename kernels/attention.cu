@@ -31,7 +31,10 @@
  * Generic CTAs handle everything else (the residual tail, partial tiles,
  * other formats): they stage 32 tokens of K and V as fp32 in shared memory,
  * taking each token from its page or its residual by the Key and the Value
- * boundary separately.
+ * boundary separately; the next chunk's loads are in flight while a chunk
+ * is computed, and its page index comes from a copy staged once per CTA.
+ * Both kinds of CTA issue their prologue's global loads (query, page
+ * indices, sequence) together, before any of them is used.
  */
 #include "common.cuh"
 
@@ -363,68 +366,129 @@ static __device__ __forceinline__ void raw_decode(const attn_params &p,
 }
 
 /*
- * Stages one chunk (tokens c0 .. c0 + n) in @kt and @vt as floats: the
- * chunk's page and every item's loads first (U per thread in flight), then
- * the uses, so a chunk costs the sequence -> page -> data round trips and
- * no more.
+ * A thread's first U items of a chunk and its word of the chunk's Key
+ * metadata (threads 0 .. D/4-1: origins, then steps), loaded one chunk
+ * ahead: their loads are in flight while the CTA computes the chunk
+ * before.
  */
 template <int U>
-static __device__ void raw_chunk(const attn_params &p, const kvs_cuda_seq &sq,
-				 int b, int h, int c0, int n, float *kt,
-				 float *vt, float *km, int pitch)
+struct raw_ahead {
+	raw_item r[U];
+	uint4 meta;
+};
+
+/* Issues the loads of items [@base, @base + U * blockDim.x) of the chunk
+ * at @c0 (@n tokens, page @pg, null when the chunk is all residual). */
+template <int U>
+static __device__ __forceinline__ void raw_issue(const attn_params &p,
+						 const kvs_cuda_seq &sq,
+						 const uint8_t *pg, int b, int h,
+						 int c0, int n, int base,
+						 raw_item (&r)[U])
 {
-	const int D = p.D, tid = threadIdx.x, per_tok = D / 8;
-	const int items = n * per_tok;
-	const uint32_t hist = max(sq.k_quant_len, sq.v_quant_len);
-	const uint8_t *pg = (uint32_t)c0 < hist ? page_of(p, b, c0) : nullptr;
-	const bool kmeta = (uint32_t)c0 < sq.k_quant_len;
-	uint4 mraw = make_uint4(0, 0, 0, 0);
+	const int per_tok = p.D / 8, items = n * per_tok;
 
-	/* the chunk's Key origin row (threads 0 .. D/8-1) and step row */
-	if (kmeta && tid < 2 * per_tok) {
-		const int half = tid / per_tok;
-		const size_t m = k_meta_at(p, h, c0 % p.S, tid % per_tok * 8);
+#pragma unroll
+	for (int u = 0; u < U; u++) {
+		const int i = base + u * blockDim.x + threadIdx.x;
 
-		mraw = *reinterpret_cast<const uint4 *>(
-			pg + p.lay.off[half ? KVS_SEC_KEY_STEP :
-				       KVS_SEC_KEY_ORIGIN] + 2 * m);
+		/* an item past the chunk is zero, not what the registers
+		 * held: nothing stays live from an earlier chunk */
+		r[u].k = r[u].v = make_uint4(0, 0, 0, 0);
+		if (i < items)
+			raw_load(p, sq, pg, b, h, c0 + i / per_tok,
+				 i % per_tok * 8, r[u]);
 	}
-	for (int base = 0; base < items; base += U * blockDim.x) {
-		raw_item r[U];
+}
+
+/* Decodes items [@base, @base + U * blockDim.x) of the chunk at @c0 into
+ * the float rows of @kt and @vt (@km: the chunk's Key origins and steps,
+ * in shared memory already). */
+template <int U>
+static __device__ __forceinline__ void raw_store(const attn_params &p,
+						 const kvs_cuda_seq &sq,
+						 int c0, int n, int base,
+						 const raw_item (&r)[U],
+						 const float *km, float *kt,
+						 float *vt, int pitch)
+{
+	const int per_tok = p.D / 8, items = n * per_tok;
 
 #pragma unroll
-		for (int u = 0; u < U; u++) {
-			const int i = base + u * blockDim.x + tid;
+	for (int u = 0; u < U; u++) {
+		const int i = base + u * blockDim.x + threadIdx.x;
+		const int t = i / per_tok, d = i % per_tok * 8;
+		float kx[8], vx[8];
 
-			if (i < items)
-				raw_load(p, sq, pg, b, h, c0 + i / per_tok,
-					 i % per_tok * 8, r[u]);
-		}
-		if (base == 0) {
-			if (kmeta && tid < 2 * per_tok)
+		if (i >= items)
+			continue;
+		raw_decode(p, sq, c0 + t, d, r[u], km, kx, vx);
 #pragma unroll
-				for (int k = 0; k < 8; k++)
-					km[tid * 8 + k] = elem16(p.meta, mraw,
-								 k);
-			__syncthreads();
-		}
-#pragma unroll
-		for (int u = 0; u < U; u++) {
-			const int i = base + u * blockDim.x + tid;
-			const int t = i / per_tok, d = i % per_tok * 8;
-			float kx[8], vx[8];
-
-			if (i >= items)
-				continue;
-			raw_decode(p, sq, c0 + t, d, r[u], km, kx, vx);
-#pragma unroll
-			for (int k = 0; k < 8; k++) {
-				kt[t * pitch + d + k] = kx[k];
-				vt[t * pitch + d + k] = vx[k];
-			}
+		for (int k = 0; k < 8; k++) {
+			kt[t * pitch + d + k] = kx[k];
+			vt[t * pitch + d + k] = vx[k];
 		}
 	}
 }
+
+/* Loads ahead the first items and the Key metadata of the chunk at @c0
+ * (none for @n = 0). */
+template <int U>
+static __device__ __forceinline__ void raw_prefetch(const attn_params &p,
+						    const kvs_cuda_seq &sq,
+						    const uint8_t *pg, int b,
+						    int h, int c0, int n,
+						    raw_ahead<U> &a)
+{
+	const int per_tok = p.D / 8, tid = threadIdx.x;
+
+	a.meta = make_uint4(0, 0, 0, 0);
+	if (n > 0 && (uint32_t)c0 < sq.k_quant_len && tid < 2 * per_tok) {
+		const int half = tid / per_tok;
+		const size_t m = k_meta_at(p, h, c0 % p.S, tid % per_tok * 8);
+
+		a.meta = *reinterpret_cast<const uint4 *>(
+			pg + p.lay.off[half ? KVS_SEC_KEY_STEP :
+				       KVS_SEC_KEY_ORIGIN] + 2 * m);
+	}
+	raw_issue<U>(p, sq, pg, b, h, c0, n, 0, a.r);
+}
+
+/*
+ * Stages one chunk (tokens c0 .. c0 + n) in @kt and @vt as floats: its
+ * first items and Key metadata from @a (loaded ahead), the rest loaded
+ * U per thread, all of a batch in flight before the first is used.
+ */
+template <int U>
+static __device__ __forceinline__ void raw_chunk(const attn_params &p,
+						 const kvs_cuda_seq &sq,
+						 const uint8_t *pg, int b, int h,
+						 int c0, int n,
+						 const raw_ahead<U> &a,
+						 float *kt, float *vt,
+						 float *km, int pitch)
+{
+	const int D = p.D, tid = threadIdx.x, per_tok = D / 8;
+	const int items = n * per_tok;
+
+	if ((uint32_t)c0 < sq.k_quant_len && tid < 2 * per_tok)
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			km[tid * 8 + k] = elem16(p.meta, a.meta, k);
+	__syncthreads();
+	raw_store<U>(p, sq, c0, n, 0, a.r, km, kt, vt, pitch);
+	for (int base = U * blockDim.x; base < items;
+	     base += U * blockDim.x) {
+		raw_item r[U];
+
+		raw_issue<U>(p, sq, pg, b, h, c0, n, base, r);
+		raw_store<U>(p, sq, c0, n, base, r, km, kt, vt, pitch);
+	}
+}
+
+/* Page indices a generic CTA stages in shared memory (chunks past them
+ * read the page table) */
+#define GEN_PAGES 16
 
 template <int U>
 static __device__ void generic_cta(const attn_params &p, int split, int h,
@@ -444,13 +508,55 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 	float *qs = vt + TILE * pitch, *acc = qs + HPC * D;
 	float *ss = acc + HPC * D, *ms = ss + HPC * TILE;
 	float *ls = ms + HPC, *as = ls + HPC, *km = as + HPC;
+	int32_t *pg_s = reinterpret_cast<int32_t *>(km + 2 * D);
 	const bool raw = gen_raw_ok(p);
+	const uint32_t hist = max(sq.k_quant_len, sq.v_quant_len);
+	const int page0 = t0 / p.S;
+	/* a chunk's page (null when it is all residual): the first chunk's
+	 * from the page table, the others' from the staged copy */
+	auto chunk_page = [&](int c0) -> const uint8_t * {
+		const int i = c0 / p.S - page0;
 
-	for (int e = tid; e < HPC * D; e += blockDim.x) {
-		int j = e / D;
-		qs[e] = j < nh ? ld_elem(p.qdt, p.q, (size_t)(b * p.Hq + hq0) *
-					 D + e) * p.scale_log2 : 0.0f;
-		acc[e] = 0.0f;
+		if ((uint32_t)c0 >= hist)
+			return nullptr;
+		if (c0 == t0 || i >= GEN_PAGES)
+			return page_of(p, b, c0);
+		return p.pool + (uint64_t)pg_s[i] * p.page_stride;
+	};
+	/* the prologue's global loads first, its shared stores after, so
+	 * that they are one round trip (the first chunk's items follow its
+	 * page): the query, the page indices, the first chunk */
+	constexpr int QV = HPC * 256 / (WARPS * 32);
+	const uint32_t ptok = (uint32_t)(page0 + tid) * p.S;
+	uint32_t qv[QV];
+
+#pragma unroll
+	for (int k = 0; k < QV; k++) {
+		const int e = tid + k * WARPS * 32;
+
+		qv[k] = e < HPC * D && e / D < nh ?
+			ld_bits(p.qdt, p.q, (size_t)(b * p.Hq + hq0) * D + e) :
+			0;
+	}
+	const int32_t pv = raw && tid < GEN_PAGES && ptok < hist &&
+			   (int)ptok < t1 ?
+			   p.page_table[(size_t)b * p.max_pages + page0 + tid] :
+			   0;
+	raw_ahead<U> ah;
+
+	if (raw)
+		raw_prefetch<U>(p, sq, chunk_page(t0), b, h, t0,
+				max(0, min(TILE, t1 - t0)), ah);
+	if (tid < GEN_PAGES)
+		pg_s[tid] = pv;
+#pragma unroll
+	for (int k = 0; k < QV; k++) {
+		const int e = tid + k * WARPS * 32;
+
+		if (e < HPC * D) {
+			qs[e] = bits_float(p.qdt, qv[k]) * p.scale_log2;
+			acc[e] = 0.0f;
+		}
 	}
 	if (tid < HPC) {
 		ms[tid] = -INFINITY;
@@ -463,8 +569,16 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 		/* 8 channels per item, U items per thread in flight */
 		const int per_tok = D / 8, items = n * per_tok;
 
-		if (raw)
-			raw_chunk<U>(p, sq, b, h, c0, n, kt, vt, km, pitch);
+		if (raw) {
+			const int c1 = c0 + TILE;
+
+			raw_chunk<U>(p, sq, chunk_page(c0), b, h, c0, n, ah,
+				     kt, vt, km, pitch);
+			/* the next chunk's first loads fly while this one
+			 * is computed; past the last, none */
+			raw_prefetch<U>(p, sq, chunk_page(c1), b, h, c1,
+					max(0, min(TILE, t1 - c1)), ah);
+		}
 		for (int base = 0; !raw && base < items;
 		     base += U * blockDim.x) {
 			float kx[U][8], vx[U][8];
@@ -1063,20 +1177,37 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 	const int page0 = tb * TILE / p.S;
 	const int npages = min((tb + tps - 1) * TILE / p.S - page0 + 1,
 			       (int)p.max_pages - page0);
-	for (int i = tid; i < npages; i += blockDim.x)
-		pages[i] = p.page_table[(size_t)b * p.max_pages + page0 + i];
+	/* the prologue's global loads first, its shared stores after, so
+	 * that they are one round trip: a page index and four query
+	 * channels a thread (a longer page list loops), the sequence */
+	constexpr int QV = HPC * FAST_D / (WARPS * 32);
+	const int32_t *ptab = p.page_table + (size_t)b * p.max_pages + page0;
+	const int32_t pv = tid < npages ? ptab[tid] : 0;
+	uint32_t qv[QV];
+
+#pragma unroll
+	for (int k = 0; k < QV; k++) {
+		const int e = tid + k * WARPS * 32;
+
+		qv[k] = e / FAST_D < nh ? ld_bits(p.qdt, p.q, (size_t)(b *
+			p.Hq + hq0) * FAST_D + e) : 0;
+	}
 	const kvs_cuda_seq sq = p.seqs[b];
 	const int tiles = fast_end(p, sq) / TILE;
 	const int te = min(tiles, tb + tps);
 	const int first = tb + warp;
 	const int mine = first < te ? (te - first + WARPS - 1) / WARPS : 0;
-	for (int e = tid; e < HPC * FAST_D; e += blockDim.x) {
-		const int jb = e / FAST_D, d = e % FAST_D;
-		const float x = jb < nh ? ld_elem(p.qdt, p.q, (size_t)(b *
-					p.Hq + hq0) * FAST_D + e) *
-					p.scale_log2 : 0.0f;
 
-		qk_s[(jb * 8 + d / 16) * 20 + d % 16] = x;
+	if (tid < npages)
+		pages[tid] = pv;
+	for (int i = tid + WARPS * 32; i < npages; i += WARPS * 32)
+		pages[i] = ptab[i];
+#pragma unroll
+	for (int k = 0; k < QV; k++) {
+		const int e = tid + k * WARPS * 32, d = e % FAST_D;
+
+		qk_s[(e / FAST_D * 8 + d / 16) * 20 + d % 16] =
+			bits_float(p.qdt, qv[k]) * p.scale_log2;
 	}
 	fast_state st;
 
@@ -1669,7 +1800,7 @@ uint64_t kvs_cuda_attn_workspace(const struct kvs_cuda_attn *a)
 static size_t generic_smem(int D)
 {
 	return ((size_t)2 * TILE * (D + 4) + 2 * HPC * D + HPC * TILE +
-		3 * HPC + 2 * D) * sizeof(float);
+		3 * HPC + 2 * D + GEN_PAGES) * sizeof(float);
 }
 
 /*

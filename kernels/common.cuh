@@ -56,6 +56,26 @@ __device__ __forceinline__ float ld_elem(int dt, const void *p, size_t i)
 	return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
 }
 
+/* Element @i's bits (a float's 32, or 16) and, apart, their value: loads
+ * issued through ld_bits() stay in flight together until bits_float()
+ * needs them (ld_elem() converts at once, so a loop of them waits for
+ * each load in turn). */
+__device__ __forceinline__ uint32_t ld_bits(int dt, const void *p, size_t i)
+{
+	if (dt == KVS_DTYPE_F32)
+		return ((const uint32_t *)p)[i];
+	return ((const uint16_t *)p)[i];
+}
+
+__device__ __forceinline__ float bits_float(int dt, uint32_t x)
+{
+	if (dt == KVS_DTYPE_F32)
+		return __uint_as_float(x);
+	if (dt == KVS_DTYPE_F16)
+		return __half2float(__ushort_as_half((unsigned short)x));
+	return __uint_as_float(x << 16);
+}
+
 __device__ __forceinline__ void st_elem(int dt, void *p, size_t i, float x)
 {
 	if (dt == KVS_DTYPE_F32)

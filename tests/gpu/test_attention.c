@@ -361,6 +361,9 @@ static void test_long(void **state)
 		  KVS_DTYPE_F16, KIVI, 16384, 32768, 0, 0 },
 		{ "128K, one sequence", 1, 2, 4, SHAPE(2, 128, 32, 2, 128),
 		  KVS_DTYPE_F16, KIVI, 131072, 131072, 128, 0 },
+		{ "32K-ish, 3-CTA build, bf16", 3, 2, 8,
+		  SHAPE(2, 128, 32, 2, 128), KVS_DTYPE_BF16, RANDOM, 16384,
+		  32768, 0, KVS_CUDA_ATTN_OCC3 },
 	};
 
 	(void)state;
