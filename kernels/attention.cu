@@ -775,6 +775,12 @@ static __device__ __forceinline__ float exp2_tile(float x)
 /* log2 units of headroom the running reference keeps above the max */
 #define LAZY_HEADROOM 2.0f
 
+/* 2^n for -126 <= n <= 127, exactly: the exponent field alone */
+static __device__ __forceinline__ float pow2(int n)
+{
+	return __uint_as_float((uint32_t)(127 + n) << 23);
+}
+
 static __device__ __forceinline__ float2 h2f(uint32_t x)
 {
 	return __half22float2(*reinterpret_cast<const __half2 *>(&x));
@@ -1260,17 +1266,18 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
 		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
 		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-		if (mx > 0.0f && mx <= 0x1p100f)
-			frexpf(mx, &ex);
-		else if (mx > 0x1p100f)
-			ex = 100;
+		/* frexpf's exponent from the bits, clamped so that every
+		 * power of two below is a normal float (queries under 2^-121
+		 * are then scaled less than fully; NaN compares false) */
+		if (mx > 0.0f)
+			ex = min(max((int)(__float_as_uint(mx) >> 23) - 126,
+				     -120), 100);
 		uint32_t qh[8], ql[8];
 
 #pragma unroll
 		for (int s = 0; s < 8; s++) {
-			const int sh = SUB ? -ex - 2 * (s & 3) : -ex;
-			const float a = ldexpf(kq.q[s], sh);
-			const float c = ldexpf(kq.q[8 + s], sh);
+			const float f = pow2(SUB ? -ex - 2 * (s & 3) : -ex);
+			const float a = kq.q[s] * f, c = kq.q[8 + s] * f;
 			const __half2 hi = __floats2half2_rn(a, c);
 			const float2 hf = __half22float2(hi);
 			const __half2 lo = __floats2half2_rn(a - hf.x,
@@ -1291,8 +1298,8 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 				row[i] = kq.qp[i];
 		}
 		/* logit = MMA sum * 2^(24 (SUB) + ex) for head ti */
-		kq.ls = __shfl_sync(0xffffffffu,
-				    ldexpf(1.0f, (SUB ? 24 : 0) + ex), 8 * ti);
+		kq.ls = __shfl_sync(0xffffffffu, pow2((SUB ? 24 : 0) + ex),
+				    8 * ti);
 	}
 	for (int k = 0; k < mine; k++) {
 		if (k + STAGES - 1 < mine) {
@@ -1319,7 +1326,8 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 	l += __shfl_xor_sync(0xffffffffu, l, 16);
 	__syncthreads();
 
-	/* CTA merge area (reuses the stages): o[w][j][D], m[w][j], l[w][j] */
+	/* CTA merge area (reuses the stages): o[w][j][D], m[w][j], l[w][j],
+	 * then the weights wt[w][j] and the maxima mx[j] */
 	float *o_w = reinterpret_cast<float *>(smem);
 	float *m_w = o_w + WARPS * HPC * FAST_D, *l_w = m_w + WARPS * HPC;
 	/* lane (gi, ti): head ti, channels 64 hf + 8 gi + k (+ 4), whose
@@ -1333,7 +1341,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 #pragma unroll
 		for (int k = 0; k < 4; k++) {
 			/* undo the codes' 4^k 2^-24 */
-			const float sc = SUB ? ldexpf(1.0f, 24 - 2 * k) : 1.0f;
+			const float sc = SUB ? pow2(24 - 2 * k) : 1.0f;
 			const float *a = st.acc[4 * hf + k];
 
 			orow[64 * hf + k] = fmaf(gl ? a[1] : a[0], sc, o);
@@ -1345,26 +1353,49 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		l_w[warp * HPC + ti] = l;
 	}
 	__syncthreads();
-	for (int e = tid; e < nh * (FAST_D + 2); e += blockDim.x) {
-		int jj = e / (FAST_D + 2), d = e % (FAST_D + 2);
-		float mx = -INFINITY, x = 0.0f;
+	/* each warp's weight per head, once: exp2(m_w - max over warps) */
+	float *wt_s = l_w + WARPS * HPC, *mx_s = wt_s + WARPS * HPC;
+
+	if (tid < WARPS * HPC) {
+		const int jj = tid % HPC;
+		const float mw = m_w[tid];
+		float mx = -INFINITY;
 
 		for (int w = 0; w < WARPS; w++)
 			mx = fmaxf(mx, m_w[w * HPC + jj]);
-		if (d == FAST_D) {
-			x = mx;
-		} else if (mx != -INFINITY) {
-			for (int w = 0; w < WARPS; w++) {
-				float mw = m_w[w * HPC + jj];
-				float v = d < FAST_D ?
-					o_w[(w * HPC + jj) * FAST_D + d] :
-					l_w[w * HPC + jj];
+		wt_s[tid] = mw == -INFINITY ? 0.0f : exp2f(mw - mx);
+		if (tid < HPC)
+			mx_s[jj] = mx;
+	}
+	__syncthreads();
+	/* the partial: 16 bytes of a head's output a thread, then (m, l) */
+	constexpr int C4 = FAST_D / 4;
+	const float4 *o4 = reinterpret_cast<const float4 *>(o_w);
 
-				if (mw != -INFINITY)
-					x += v * exp2f(mw - mx);
-			}
+	for (int e = tid; e < nh * C4; e += blockDim.x) {
+		const int jj = e / C4, c = e % C4;
+		float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+#pragma unroll
+		for (int w = 0; w < WARPS; w++) {
+			const float wt = wt_s[w * HPC + jj];
+			const float4 v = o4[(w * HPC + jj) * C4 + c];
+
+			x.x = fmaf(wt, v.x, x.x);
+			x.y = fmaf(wt, v.y, x.y);
+			x.z = fmaf(wt, v.z, x.z);
+			x.w = fmaf(wt, v.w, x.w);
 		}
-		partial(p, b, hq0 + jj, slot)[d] = x;
+		reinterpret_cast<float4 *>(partial(p, b, hq0 + jj, slot))[c] =
+			x;
+	}
+	if (tid < nh) {
+		float lt = 0.0f;
+
+		for (int w = 0; w < WARPS; w++)
+			lt = fmaf(wt_s[w * HPC + tid], l_w[w * HPC + tid], lt);
+		*reinterpret_cast<float2 *>(partial(p, b, hq0 + tid, slot) +
+					    FAST_D) = make_float2(mx_s[tid], lt);
 	}
 }
 
@@ -1443,10 +1474,11 @@ static __host__ __device__ __forceinline__ int merge_weights(int n)
 /*
  * One CTA per (sequence, query head).  Launched as a programmatic dependent
  * of attn_kernel: it may start while the last attention CTAs run and waits
- * for their results at griddepcontrol.wait.  The splits' weights
- * exp2(m_s - max) go to shared memory once; then the threads form groups
- * of D / 4, each group sums a share of the splits with 16-byte loads,
- * eight in flight, and the groups add up in shared memory.
+ * for their results at griddepcontrol.wait.  The threads form groups of
+ * D / 4; each group sums a share of the splits with 16-byte loads, eight in
+ * flight, the first eight issued with the splits' (m, l) loads, so that up
+ * to 8 * groups splits cost one round trip.  The weights exp2(m_s - max) go
+ * to shared memory once, and the groups add up in shared memory.
  */
 __global__ void attn_merge_kernel(const attn_params p)
 {
@@ -1469,6 +1501,18 @@ __global__ void attn_merge_kernel(const attn_params p)
 
 	if (tid < n)
 		ml = *reinterpret_cast<const float2 *>(base + tid * pitch + D);
+	/* the first 8 * groups splits' partials are loaded with the (m, l)
+	 * pairs: one round trip when the splits are no more */
+	float4 x[8];
+
+#pragma unroll
+	for (int u = 0; u < 8; u++) {
+		const int s = g + u * groups;
+
+		x[u] = g < groups && s < n ? reinterpret_cast<const float4 *>(
+			base + (size_t)s * pitch)[c] :
+			make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	}
 	mx = ml.x;
 	for (int s = tid + blockDim.x; s < n; s += blockDim.x)
 		mx = fmaxf(mx, base[s * pitch + D]);
@@ -1496,14 +1540,16 @@ __global__ void attn_merge_kernel(const attn_params p)
 		float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
 		for (int s0 = g; mx != -INFINITY && s0 < n; s0 += 8 * groups) {
-			float4 x[8];
+			if (s0 != g) {
 #pragma unroll
-			for (int u = 0; u < 8; u++) {
-				const int s = s0 + u * groups;
+				for (int u = 0; u < 8; u++) {
+					const int s = s0 + u * groups;
 
-				x[u] = s < n ? reinterpret_cast<const float4 *>(
-					base + (size_t)s * pitch)[c] :
-					make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+					x[u] = s < n ?
+						reinterpret_cast<const float4 *>(
+						base + (size_t)s * pitch)[c] :
+						make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+				}
 			}
 #pragma unroll
 			for (int u = 0; u < 8; u++) {
