@@ -1501,18 +1501,23 @@ __global__ void attn_merge_kernel(const attn_params p)
 
 	if (tid < n)
 		ml = *reinterpret_cast<const float2 *>(base + tid * pitch + D);
+	/* a group's 16 bytes of splits s0, s0 + groups, ... (8 of them) */
+	float4 x[8];
+	auto load8 = [&](int s0) {
+#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const int s = s0 + u * groups;
+
+			x[u] = g < groups && s < n ?
+				reinterpret_cast<const float4 *>(
+				base + (size_t)s * pitch)[c] :
+				make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		}
+	};
+
 	/* the first 8 * groups splits' partials are loaded with the (m, l)
 	 * pairs: one round trip when the splits are no more */
-	float4 x[8];
-
-#pragma unroll
-	for (int u = 0; u < 8; u++) {
-		const int s = g + u * groups;
-
-		x[u] = g < groups && s < n ? reinterpret_cast<const float4 *>(
-			base + (size_t)s * pitch)[c] :
-			make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-	}
+	load8(g);
 	mx = ml.x;
 	for (int s = tid + blockDim.x; s < n; s += blockDim.x)
 		mx = fmaxf(mx, base[s * pitch + D]);
@@ -1540,17 +1545,8 @@ __global__ void attn_merge_kernel(const attn_params p)
 		float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
 		for (int s0 = g; mx != -INFINITY && s0 < n; s0 += 8 * groups) {
-			if (s0 != g) {
-#pragma unroll
-				for (int u = 0; u < 8; u++) {
-					const int s = s0 + u * groups;
-
-					x[u] = s < n ?
-						reinterpret_cast<const float4 *>(
-						base + (size_t)s * pitch)[c] :
-						make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-				}
-			}
+			if (s0 != g)
+				load8(s0);
 #pragma unroll
 			for (int u = 0; u < 8; u++) {
 				const int s = s0 + u * groups;

@@ -47,15 +47,6 @@ int kvs_cuda_grant_smem(const void *fn, size_t smem);
  * here) resident on the whole device at once; 0 on failure (logged). */
 int kvs_cuda_resident_ctas(const void *fn, int threads, size_t smem);
 
-__device__ __forceinline__ float ld_elem(int dt, const void *p, size_t i)
-{
-	if (dt == KVS_DTYPE_F32)
-		return ((const float *)p)[i];
-	if (dt == KVS_DTYPE_F16)
-		return __half2float(((const __half *)p)[i]);
-	return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-}
-
 /* Element @i's bits (a float's 32, or 16) and, apart, their value: loads
  * issued through ld_bits() stay in flight together until bits_float()
  * needs them (ld_elem() converts at once, so a loop of them waits for
@@ -74,6 +65,12 @@ __device__ __forceinline__ float bits_float(int dt, uint32_t x)
 	if (dt == KVS_DTYPE_F16)
 		return __half2float(__ushort_as_half((unsigned short)x));
 	return __uint_as_float(x << 16);
+}
+
+/* Element @i as a float, loaded and converted at once. */
+__device__ __forceinline__ float ld_elem(int dt, const void *p, size_t i)
+{
+	return bits_float(dt, ld_bits(dt, p, i));
 }
 
 __device__ __forceinline__ void st_elem(int dt, void *p, size_t i, float x)
