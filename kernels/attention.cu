@@ -83,7 +83,54 @@ struct attn_params {
 	int hyb_tps;            /* tiles a generic split takes after its
 				   tokens (from n_fast * fast_tps on), or 0 */
 	int fast_ok;
+#ifdef KVS_ATTN_TRACE
+	int tr;                 /* trace slot of this call */
+#endif
 };
+
+#ifdef KVS_ATTN_TRACE
+/*
+ * Diagnostic build only (-DKVS_ATTN_TRACE): %globaltimer at fixed points of
+ * every warp (attention) and CTA (merge) of the last TR_CALLS calls, read
+ * back by kvs_cuda_attn_trace_read().  Attention: [cta][warp][8] = kernel
+ * entry, generic part done, fast part entry, prologue loaded, first tile
+ * ready, tile loop done, fast part done, the warp's tile count; merge:
+ * [cta][4] = entry, wait released, done, first loads in.
+ */
+#define TR_CALLS 10
+#define TR_CTAS 2048
+#define TR_ATT (TR_CTAS * WARPS * 8)
+#define TR_CALL (TR_ATT + TR_CTAS * 4)
+__device__ unsigned long long kvs_attn_trace[TR_CALLS * TR_CALL];
+
+static __device__ __forceinline__ void trace_put(const attn_params &p,
+						 int ev, unsigned long long v)
+{
+	if ((threadIdx.x & 31) == 0 && blockIdx.x < TR_CTAS)
+		kvs_attn_trace[p.tr * TR_CALL + (blockIdx.x * WARPS +
+			  (threadIdx.x >> 5)) * 8 + ev] = v;
+}
+
+static __device__ __forceinline__ unsigned long long gtime(void)
+{
+	unsigned long long t;
+
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+#define TRACE(ev) trace_put(p, ev, gtime())
+#define TRACE_N(ev, v) trace_put(p, ev, v)
+#define TRACE_M(ev)                                                        \
+	do {                                                               \
+		if (threadIdx.x == 0 && blockIdx.x < TR_CTAS)              \
+			kvs_attn_trace[p.tr * TR_CALL + TR_ATT + blockIdx.x * 4 + \
+				  (ev)] = gtime();                          \
+	} while (0)
+#else
+#define TRACE(ev) ((void)0)
+#define TRACE_N(ev, v) ((void)0)
+#define TRACE_M(ev) ((void)0)
+#endif
 
 /* First token the generic CTAs handle for this sequence. */
 static __device__ __forceinline__ int fast_end(const attn_params &p,
@@ -574,6 +621,10 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 
 			raw_chunk<U>(p, sq, chunk_page(c0), b, h, c0, n, ah,
 				     kt, vt, km, pitch);
+#ifdef KVS_ATTN_TRACE
+			if (c0 == t0 && !p.hyb_tps)
+				TRACE(3);       /* first chunk staged */
+#endif
 			/* the next chunk's first loads fly while this one
 			 * is computed; past the last, none */
 			raw_prefetch<U>(p, sq, chunk_page(c1), b, h, c1,
@@ -1181,6 +1232,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 	float *qk_s = reinterpret_cast<float *>(smem + WARPS * WARP_SMEM);
 	int32_t *pages = reinterpret_cast<int32_t *>(qk_s + QK_FLOATS);
 	const int page0 = tb * TILE / p.S;
+	TRACE(2);
 	const int npages = min((tb + tps - 1) * TILE / p.S - page0 + 1,
 			       (int)p.max_pages - page0);
 	/* the prologue's global loads first, its shared stores after, so
@@ -1230,6 +1282,8 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 	st.m = -INFINITY;
 	st.l = 0.0f;
 	__syncthreads();
+	TRACE(3);
+	TRACE_N(7, mine);
 	tile_cursor cur;
 	uint8_t *stage[STAGES];
 
@@ -1309,6 +1363,10 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		cp_commit();
 		cp_wait<STAGES - 1>();
 		__syncwarp();
+#ifdef KVS_ATTN_TRACE
+		if (k == 0)
+			TRACE(4);
+#endif
 		fast_tile<SUB, QSH>(stage[0], kq, scratch, p_s, st, lane);
 		/* rotate the ring: the stage just read is refilled next */
 		uint8_t *done = stage[0];
@@ -1318,6 +1376,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		stage[STAGES - 1] = done;
 	}
 	cp_wait<0>();
+	TRACE(5);
 
 	/* per-warp results */
 	float l = st.l;
@@ -1397,6 +1456,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		*reinterpret_cast<float2 *>(partial(p, b, hq0 + tid, slot) +
 					    FAST_D) = make_float2(mx_s[tid], lt);
 	}
+	TRACE(6);
 }
 
 /*
@@ -1419,6 +1479,7 @@ attn_kernel(const attn_params p)
 
 	/* the merge may be placed now; it waits for this grid's results */
 	asm volatile("griddepcontrol.launch_dependents;\n");
+	TRACE(0);
 	int tb = split * p.fast_tps, tps = p.fast_tps, slot = split;
 
 	if (!FAST || (int)blockIdx.x < gen) {
@@ -1426,6 +1487,7 @@ attn_kernel(const attn_params p)
 		 * to stay within 128 registers */
 		generic_cta<MIN_CTAS >= 4 ? 2 : 4>(p, split, h, sub, b,
 			    reinterpret_cast<float *>(smem));
+		TRACE(1);
 		if (!FAST || !p.hyb_tps)
 			return;
 		/* then its share of the tiles, so that its slot does not
@@ -1493,7 +1555,9 @@ __global__ void attn_merge_kernel(const attn_params p)
 	const int groups = blockDim.x / c4, g = tid / c4, c = tid % c4;
 	float mx = -INFINITY, l = 0.0f;
 
+	TRACE_M(0);
 	asm volatile("griddepcontrol.wait;\n" ::: "memory");
+	TRACE_M(1);
 	const float *base = partial(p, b, qh, 0);
 	/* a thread's first split's (m, l) stay in registers: one round trip
 	 * for the weights when the splits are no more than the threads */
@@ -1522,6 +1586,7 @@ __global__ void attn_merge_kernel(const attn_params p)
 	for (int s = tid + blockDim.x; s < n; s += blockDim.x)
 		mx = fmaxf(mx, base[s * pitch + D]);
 	mx = warp_max(mx);
+	TRACE_M(3);
 	if (lane == 0)
 		red[warp] = mx;
 	__syncthreads();
@@ -1572,6 +1637,7 @@ __global__ void attn_merge_kernel(const attn_params p)
 		st_elem(p.odt, p.out, (size_t)(b * p.Hq + qh) * D + d,
 			l > 0.0f ? o / l : 0.0f);
 	}
+	TRACE_M(2);
 }
 
 /* ---- host side --------------------------------------------------------- */
@@ -1895,6 +1961,11 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 	p.v_stride = a->v_resid_stride;
 	p.out = a->out;
 	p.ws = (float *)a->workspace;
+#ifdef KVS_ATTN_TRACE
+	static int trace_call;
+
+	p.tr = trace_call++ % TR_CALLS;
+#endif
 
 	const int sub = p.fast_ok ? subnormal_ok(stream, a->flags) : 0;
 	size_t smem = generic_smem(p.D);
@@ -1918,3 +1989,18 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 		return rc;
 	return merge_launch(p, stream);
 }
+
+#ifdef KVS_ATTN_TRACE
+/* Copies the trace (TR_CALLS x TR_CALL timestamps) to @dst and clears it. */
+extern "C" int kvs_cuda_attn_trace_read(void *dst, size_t bytes)
+{
+	const size_t n = sizeof(unsigned long long) * TR_CALLS * TR_CALL;
+	void *sym;
+
+	if (bytes < n ||
+	    KVS_CUDA_CHECK(cudaGetSymbolAddress(&sym, kvs_attn_trace)) ||
+	    KVS_CUDA_CHECK(cudaMemcpy(dst, sym, n, cudaMemcpyDeviceToHost)))
+		return -KVS_EPARAM;
+	return KVS_CUDA_CHECK(cudaMemset(sym, 0, n));
+}
+#endif

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""attn_trace.py - where one call of the fused decode attention spends its time.
+
+Needs a trace build of the kernels, which records %globaltimer at fixed
+points of every warp of the attention kernel and every CTA of the merge
+kernel for the last 10 calls (kernels/attention.cu, KVS_ATTN_TRACE):
+
+    meson setup build-trace -Dcuda=enabled -Dcuda_args=-DKVS_ATTN_TRACE
+    ninja -C build-trace kernels/libkvstash_cuda.so
+    python3 bench/attn_trace.py build-trace/kernels/libkvstash_cuda.so \
+        1x512,1x32768 [flags]
+
+Runs attn_bench.py's benchmark of each shape (the same inputs, the same
+CUDA-graph replays of 10 calls) and, after the replays, prints per call
+(calls 2-9 of the last replay, in time order) microseconds from the call's
+first CTA: the generic CTAs' duration and end, the fast warps' prologue,
+wait for the first tile, tile loop and epilogue (medians) and their ends,
+the merge's release and end, and the next call's start.  The trace points
+cost a few stores per warp: times are close to, not equal to, the
+untraced build's.
+"""
+import ctypes as C
+import os
+import statistics as st
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import attn_bench as ab  # noqa: E402
+
+# the trace's layout (attention.cu): per call, [CTA][warp][8] attention
+# events, then [CTA][4] merge events
+TR_CALLS, TR_CTAS, WARPS = 10, 2048, 4
+TR_ATT = TR_CTAS * WARPS * 8
+TR_CALL = TR_ATT + TR_CTAS * 4
+if len(sys.argv) < 3:
+    sys.exit("usage: attn_trace.py LIB SHAPES [flags]")
+lib_path, shapes = sys.argv[1], sys.argv[2]
+flags = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+lib = ab.load(lib_path)
+lib.kvs_cuda_attn_trace_read.argtypes = [C.c_void_p, C.c_size_t]
+buf = np.zeros(TR_CALLS * TR_CALL, dtype=np.uint64)
+orig = ab.time_graph
+
+
+def med(x):
+    return st.median(x) if len(x) else float("nan")
+
+
+def analyse(tag):
+    """Prints the per-call summary of buf (the last replay's 10 calls)."""
+    a = buf.reshape(TR_CALLS, TR_CALL).astype(np.int64)
+    t0s = []
+    for c in range(TR_CALLS):
+        att = a[c, :TR_ATT].reshape(TR_CTAS, WARPS, 8)
+        ent = att[:, 0, 0]
+        v = ent > 0
+        t0s.append(ent[v].min() if v.any() else 0)
+    order = [c for c in np.argsort(t0s) if t0s[c]]
+    rows = []
+    for n, c in enumerate(order):
+        att = a[c, :TR_ATT].reshape(TR_CTAS, WARPS, 8)
+        mg = a[c, TR_ATT:].reshape(TR_CTAS, 4)
+        t0 = t0s[c]
+        v = att[:, 0, 0] > 0
+        ncta = int(v.sum())
+        ent = att[v, 0, 0] - t0
+        gen = att[:, :, 1] > 0
+        fw = att[:, :, 2] > 0
+        r = {"ctas": ncta, "entry_max": ent.max() / 1e3}
+        if gen.any():
+            g = att[:, 0, 1][gen[:, 0]] - att[:, 0, 0][gen[:, 0]]
+            r["gen_dur_med"] = med(list(g)) / 1e3
+            r["gen_end_max"] = (att[:, :, 1][gen].max() - t0) / 1e3
+            go = gen[:, 0] & (att[:, 0, 2] == 0) & (att[:, 0, 3] > 0)
+            if go.any():
+                r["gen_staged_med"] = med(list(att[go, 0, 3] -
+                                               att[go, 0, 0])) / 1e3
+        if fw.any():
+            f = att[fw]
+            r["fast_warps"] = int(fw.sum())
+            r["tiles_med"] = med(list(f[:, 7]))
+            r["pro_med"] = med(list(f[:, 3] - f[:, 2])) / 1e3
+            ok = f[:, 4] > 0
+            r["first_med"] = med(list(f[ok, 4] - f[ok, 3])) / 1e3
+            r["first_max"] = ((f[ok, 4] - f[ok, 3]).max() / 1e3
+                              if ok.any() else 0)
+            r["loop_med"] = med(list(f[ok, 5] - f[ok, 4])) / 1e3
+            r["epi_med"] = med(list(f[:, 6] - f[:, 5])) / 1e3
+            r["fast_start_max"] = (f[:, 2].max() - t0) / 1e3
+            r["fast_end_med"] = med(list(f[:, 6] - t0)) / 1e3
+            r["fast_end_max"] = (f[:, 6].max() - t0) / 1e3
+            # the last warp's story
+            i = int(np.argmax(f[:, 6]))
+            w = f[i]
+            r["last"] = ("start %.2f pro %.2f first %.2f loop %.2f (%d t) "
+                         "epi %.2f") % (
+                (w[2] - t0) / 1e3, (w[3] - w[2]) / 1e3,
+                (w[4] - w[3]) / 1e3 if w[4] else -1,
+                (w[5] - w[4]) / 1e3 if w[4] else -1, w[7], (w[6] - w[5]) / 1e3)
+        vm = mg[:, 0] > 0
+        if vm.any():
+            m = mg[vm]
+            r["m_entry_min"] = (m[:, 0].min() - t0) / 1e3
+            r["m_entry_max"] = (m[:, 0].max() - t0) / 1e3
+            r["m_rel_min"] = (m[:, 1].min() - t0) / 1e3
+            r["m_rel_max"] = (m[:, 1].max() - t0) / 1e3
+            r["m_loaded_max"] = (m[:, 3].max() - t0) / 1e3
+            r["m_end_max"] = (m[:, 2].max() - t0) / 1e3
+        if n + 1 < len(order):
+            r["next_start"] = (t0s[order[n + 1]] - t0) / 1e3
+        rows.append(r)
+    print("== %s" % tag)
+    keys = [k for k in rows[1] if k != "last"]
+    for k in keys:
+        vals = [r[k] for r in rows[1:9] if k in r]
+        print("  %-15s %s" % (k, " ".join("%7.2f" % x for x in vals)))
+    for r in rows[1:4]:
+        print("  last warp: %s" % r.get("last"))
+
+
+def tg(fn, runs, reps=10):
+    """attn_bench's time_graph, then the trace of its last replay"""
+    r = orig(fn, runs, reps)
+    if fn.__name__ == "run_kvs":
+        rc = lib.kvs_cuda_attn_trace_read(buf.ctypes.data, buf.nbytes)
+        if rc:
+            sys.exit("trace read failed %d" % rc)
+        analyse("%s flags %d: %.2f us/call" % (cur[0], flags, r[0]))
+    return r
+
+
+ab.time_graph = tg
+lay = ab.Layout()
+sh = ab.shape()
+lib.kvs_block_layout(C.byref(sh), C.byref(lay))
+page_stride = (lay.total_size + 255) // 256 * 256
+bw = ab.copy_bandwidth()
+cur = [""]
+for s in shapes.split(","):
+    B, T = (int(x) for x in s.split("x"))
+    cur[0] = s
+    lib.kvs_cuda_attn_trace_read(buf.ctypes.data, buf.nbytes)
+    r = ab.bench_shape(lib, B, T, bw, 30, page_stride, flags)
+    print("   sdpa %.2f us, ratio %.2f" % (r["sdpa_us"], r["speedup"]),
+          flush=True)
