@@ -79,7 +79,10 @@ struct attn_params {
 	float *ws;
 	int n_fast, n_gen, n_slots;
 	int fast_tps;           /* tiles per fast split */
-	int gen_tps;            /* tokens per generic split, multiple of 32 */
+	int gen_tps;            /* tokens per generic split, multiple of
+				   gen_chunk */
+	int gen_chunk;          /* tokens a generic CTA stages at a time:
+				   TILE, or TILE / 2 (attn_plan) */
 	int hyb_tps;            /* tiles a generic split takes after its
 				   tokens (from n_fast * fast_tps on), or 0 */
 	int fast_ok;
@@ -543,7 +546,7 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 {
 	/* rows of D + 4 floats: 16-byte aligned for float4 loads, and token
 	 * rows 4 banks apart */
-	const int D = p.D, pitch = D + 4, tid = threadIdx.x;
+	const int D = p.D, pitch = D + 4, tid = threadIdx.x, gch = p.gen_chunk;
 	const int hq0 = h * p.gq + sub * HPC, nh = min(HPC, p.gq - sub * HPC);
 	const kvs_cuda_seq sq = p.seqs[b];
 	const int T = sq.k_quant_len + sq.k_resid_len;
@@ -593,7 +596,7 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 
 	if (raw)
 		raw_prefetch<U>(p, sq, chunk_page(t0), b, h, t0,
-				max(0, min(TILE, t1 - t0)), ah);
+				max(0, min(gch, t1 - t0)), ah);
 	if (tid < GEN_PAGES)
 		pg_s[tid] = pv;
 #pragma unroll
@@ -609,15 +612,15 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 		ms[tid] = -INFINITY;
 		ls[tid] = 0.0f;
 	}
-	for (int c0 = t0; c0 < t1; c0 += TILE) {
-		int n = min(TILE, t1 - c0);
+	for (int c0 = t0; c0 < t1; c0 += gch) {
+		int n = min(gch, t1 - c0);
 
 		__syncthreads();
 		/* 8 channels per item, U items per thread in flight */
 		const int per_tok = D / 8, items = n * per_tok;
 
 		if (raw) {
-			const int c1 = c0 + TILE;
+			const int c1 = c0 + gch;
 
 			raw_chunk<U>(p, sq, chunk_page(c0), b, h, c0, n, ah,
 				     kt, vt, km, pitch);
@@ -628,7 +631,7 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 			/* the next chunk's first loads fly while this one
 			 * is computed; past the last, none */
 			raw_prefetch<U>(p, sq, chunk_page(c1), b, h, c1,
-					max(0, min(TILE, t1 - c1)), ah);
+					max(0, min(gch, t1 - c1)), ah);
 		}
 		for (int base = 0; !raw && base < items;
 		     base += U * blockDim.x) {
@@ -662,19 +665,23 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 			}
 		}
 		__syncthreads();
-		for (int e = tid; e < TILE * HPC; e += blockDim.x) {
-			int t = e % TILE, j = e / TILE;
-			float s = -INFINITY;
+		{
+			/* token t, head j: dp threads a dot (one thread of
+			 * the CTA a part), each every dp-th float4 of the
+			 * row, summed by shuffles */
+			const int dp = WARPS * 32 / (gch * HPC);
+			const int k = tid % dp, t = tid / dp % gch;
+			const int j = tid / dp / gch;
+			float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
 			if (t < n && j < nh) {
 				const float4 *qr = reinterpret_cast<const float4 *>(
 					qs + j * D);
 				const float4 *kr = reinterpret_cast<const float4 *>(
 					kt + t * pitch);
-				float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
 #pragma unroll 4
-				for (int d = 0; d < D / 4; d++) {
+				for (int d = k; d < D / 4; d += dp) {
 					const float4 x = qr[d], y = kr[d];
 
 					a.x = fmaf(x.x, y.x, a.x);
@@ -682,14 +689,19 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 					a.z = fmaf(x.z, y.z, a.z);
 					a.w = fmaf(x.w, y.w, a.w);
 				}
-				s = (a.x + a.y) + (a.z + a.w);
 			}
-			ss[j * TILE + t] = s;
+			float s = (a.x + a.y) + (a.z + a.w);
+
+#pragma unroll
+			for (int o = 1; o < dp; o <<= 1)
+				s += __shfl_xor_sync(0xffffffffu, s, o);
+			if (k == 0)
+				ss[j * TILE + t] = t < n && j < nh ? s : -INFINITY;
 		}
 		__syncthreads();
 		if (tid < HPC * 32) {
 			int j = tid >> 5, lane = tid & 31;
-			float s = ss[j * TILE + lane];
+			float s = lane < n ? ss[j * TILE + lane] : -INFINITY;
 			float mo = ms[j], mn = fmaxf(mo, warp_max(s));
 			float pr = s == -INFINITY ? 0.0f : exp2f(s - mn);
 			float alpha = mo == -INFINITY ? 0.0f : exp2f(mo - mn);
@@ -1878,6 +1890,7 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 			   (a->flags & KVS_CUDA_ATTN_HYBRID) != 0, &sp);
 	n_gen = max_tiles > 0 ? sp.n_gen : (2 * slots + units - 1) / units;
 	n_gen = n_gen < 1 ? 1 : (n_gen > chunks ? chunks : n_gen);
+	p->gen_chunk = TILE;
 	p->gen_tps = TILE * ((chunks + n_gen - 1) / n_gen);
 	p->n_gen = (int)((chunks * TILE + p->gen_tps - 1) / p->gen_tps);
 	/* the generic CTAs' share first (their count may have shrunk), the
@@ -1890,6 +1903,17 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 
 		p->n_fast = rest > 0 ? (rest + p->fast_tps - 1) / p->fast_tps
 				     : 0;
+	}
+	/* where every generic split is one chunk, and twice the generic CTAs
+	 * fit in the same wave, half chunks: such a CTA's time is its memory
+	 * round trips and one chunk's staging and compute, and at small batch
+	 * the call waits for it ((1, 512): 7.2 us, the fast warps done at 4.2;
+	 * session 8) */
+	if (p->gen_tps == TILE && !p->hyb_tps &&
+	    units * (p->n_fast + 2 * p->n_gen) <= slots) {
+		p->gen_chunk = TILE / 2;
+		p->gen_tps = TILE / 2;
+		p->n_gen *= 2;
 	}
 	p->n_slots = p->n_fast + p->n_gen * (p->hyb_tps ? 2 : 1);
 	return 0;
