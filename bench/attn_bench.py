@@ -88,6 +88,15 @@ def shape():
     return Shape(HKV, D, G, BITS, F16, R, R)
 
 
+def pool_page_stride(lib):
+    """Bytes between pages of the pool: a block image, 256-byte aligned."""
+    lay = Layout()
+    sh = shape()
+    if lib.kvs_block_layout(C.byref(sh), C.byref(lay)):
+        sys.exit("layout failed")
+    return (lay.total_size + 255) // 256 * 256
+
+
 def stream_ptr():
     return C.c_void_p(torch.cuda.current_stream().cuda_stream)
 
@@ -336,11 +345,7 @@ def main():
     ap.add_argument("--json")
     opt = ap.parse_args()
     lib = load(opt.lib)
-    lay = Layout()
-    sh = shape()
-    if lib.kvs_block_layout(C.byref(sh), C.byref(lay)):
-        sys.exit("layout failed")
-    page_stride = (lay.total_size + 255) // 256 * 256
+    page_stride = pool_page_stride(lib)
     dev = torch.cuda.get_device_name()
     bw = copy_bandwidth()
     print("device %s, D2D copy %.0f GB/s (read+write), page %d B"

@@ -132,10 +132,7 @@ def tg(fn, runs, reps=10):
 
 
 ab.time_graph = tg
-lay = ab.Layout()
-sh = ab.shape()
-lib.kvs_block_layout(C.byref(sh), C.byref(lay))
-page_stride = (lay.total_size + 255) // 256 * 256
+page_stride = ab.pool_page_stride(lib)
 bw = ab.copy_bandwidth()
 cur = [""]
 for s in shapes.split(","):

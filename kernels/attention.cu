@@ -106,14 +106,6 @@ struct attn_params {
 #define TR_CALL (TR_ATT + TR_CTAS * 4)
 __device__ unsigned long long kvs_attn_trace[TR_CALLS * TR_CALL];
 
-static __device__ __forceinline__ void trace_put(const attn_params &p,
-						 int ev, unsigned long long v)
-{
-	if ((threadIdx.x & 31) == 0 && blockIdx.x < TR_CTAS)
-		kvs_attn_trace[p.tr * TR_CALL + (blockIdx.x * WARPS +
-			  (threadIdx.x >> 5)) * 8 + ev] = v;
-}
-
 static __device__ __forceinline__ unsigned long long gtime(void)
 {
 	unsigned long long t;
@@ -121,14 +113,23 @@ static __device__ __forceinline__ unsigned long long gtime(void)
 	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
 	return t;
 }
-#define TRACE(ev) trace_put(p, ev, gtime())
-#define TRACE_N(ev, v) trace_put(p, ev, v)
-#define TRACE_M(ev)                                                        \
-	do {                                                               \
-		if (threadIdx.x == 0 && blockIdx.x < TR_CTAS)              \
-			kvs_attn_trace[p.tr * TR_CALL + TR_ATT + blockIdx.x * 4 + \
-				  (ev)] = gtime();                          \
-	} while (0)
+
+/* @v at @ev of this warp (attention) or, @merge, of this CTA (lane 0 of
+ * warp 0) */
+static __device__ __forceinline__ void trace_put(const attn_params &p,
+						 bool merge, int ev,
+						 unsigned long long v)
+{
+	const int warp = threadIdx.x >> 5;
+
+	if ((threadIdx.x & 31) || blockIdx.x >= TR_CTAS || (merge && warp))
+		return;
+	kvs_attn_trace[p.tr * TR_CALL + (merge ? TR_ATT + blockIdx.x * 4 :
+			 (blockIdx.x * WARPS + warp) * 8) + ev] = v;
+}
+#define TRACE(ev) trace_put(p, false, ev, gtime())
+#define TRACE_N(ev, v) trace_put(p, false, ev, v)
+#define TRACE_M(ev) trace_put(p, true, ev, gtime())
 #else
 #define TRACE(ev) ((void)0)
 #define TRACE_N(ev, v) ((void)0)
@@ -624,10 +625,8 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 
 			raw_chunk<U>(p, sq, chunk_page(c0), b, h, c0, n, ah,
 				     kt, vt, km, pitch);
-#ifdef KVS_ATTN_TRACE
 			if (c0 == t0 && !p.hyb_tps)
 				TRACE(3);       /* first chunk staged */
-#endif
 			/* the next chunk's first loads fly while this one
 			 * is computed; past the last, none */
 			raw_prefetch<U>(p, sq, chunk_page(c1), b, h, c1,
@@ -1375,10 +1374,8 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		cp_commit();
 		cp_wait<STAGES - 1>();
 		__syncwarp();
-#ifdef KVS_ATTN_TRACE
 		if (k == 0)
 			TRACE(4);
-#endif
 		fast_tile<SUB, QSH>(stage[0], kq, scratch, p_s, st, lane);
 		/* rotate the ring: the stage just read is refilled next */
 		uint8_t *done = stage[0];
