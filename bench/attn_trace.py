@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""attn_trace.py - where one call of the fused decode attention spends its time.
+"""attn_trace.py - where one call of the fused decode attention spends time.
 
 Needs a trace build of the kernels, which records %globaltimer at fixed
 points of every warp of the attention kernel and every CTA of the merge
@@ -17,7 +17,8 @@ first CTA: the generic CTAs' duration and end, the fast warps' prologue,
 wait for the first tile, tile loop and epilogue (medians) and their ends,
 the merge's release and end, and the next call's start.  The trace points
 cost a few stores per warp: times are close to, not equal to, the
-untraced build's.
+untraced build's.  With ATTN_TRACE_DUMP=DIR set, the raw events of each
+shape's last replay are also saved to DIR/trace_<shape>_f<flags>.npz.
 """
 import ctypes as C
 import os
@@ -38,6 +39,7 @@ if len(sys.argv) < 3:
     sys.exit("usage: attn_trace.py LIB SHAPES [flags]")
 lib_path, shapes = sys.argv[1], sys.argv[2]
 flags = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+dump = os.environ.get("ATTN_TRACE_DUMP")
 lib = ab.load(lib_path)
 lib.kvs_cuda_attn_trace_read.argtypes = [C.c_void_p, C.c_size_t]
 buf = np.zeros(TR_CALLS * TR_CALL, dtype=np.uint64)
@@ -87,8 +89,12 @@ def analyse(tag):
             r["first_max"] = ((f[ok, 4] - f[ok, 3]).max() / 1e3
                               if ok.any() else 0)
             r["loop_med"] = med(list(f[ok, 5] - f[ok, 4])) / 1e3
+            many = ok & (f[:, 7] > 1)
+            r["tile_med"] = med(list((f[many, 5] - f[many, 4]) /
+                                     f[many, 7])) / 1e3
             r["epi_med"] = med(list(f[:, 6] - f[:, 5])) / 1e3
             r["fast_start_max"] = (f[:, 2].max() - t0) / 1e3
+            r["fast_end_min"] = (f[:, 6].min() - t0) / 1e3
             r["fast_end_med"] = med(list(f[:, 6] - t0)) / 1e3
             r["fast_end_max"] = (f[:, 6].max() - t0) / 1e3
             # the last warp's story
@@ -127,6 +133,9 @@ def tg(fn, runs, reps=10):
         rc = lib.kvs_cuda_attn_trace_read(buf.ctypes.data, buf.nbytes)
         if rc:
             sys.exit("trace read failed %d" % rc)
+        if dump:
+            np.savez_compressed(os.path.join(dump, "trace_%s_f%d.npz" % (
+                cur[0], flags)), trace=buf.reshape(TR_CALLS, TR_CALL))
         analyse("%s flags %d: %.2f us/call" % (cur[0], flags, r[0]))
     return r
 

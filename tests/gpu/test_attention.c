@@ -7,7 +7,8 @@
  * (an empty Key residual, a Value residual of R+1) and random ones; the
  * tensor-core path and the generic path; fp16 and bf16 inputs; pages
  * scattered through the pool, Value FIFOs starting mid-buffer; outputs
- * poisoned before every run.
+ * poisoned before every run; three calls on one poisoned workspace, with
+ * bit-identical results.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -133,7 +134,8 @@ static void run_case(const struct attn_case *c)
 	uint64_t pstride;
 	float *q = malloc(sizeof(float) * B * Hq * D);
 	float *out = malloc(sizeof(float) * B * Hq * D);
-	float *ref = malloc(sizeof(float) * Hq * D);
+	float *ref = malloc(sizeof(float) * B * Hq * D);
+	float *first = malloc(sizeof(float) * B * Hq * D);
 	size_t rsz = (size_t)B * H * stride * D;
 	uint8_t *qd = malloc(B * Hq * D * esz);
 	uint8_t *kd = calloc(rsz, esz), *vd = calloc(rsz, esz);
@@ -244,12 +246,7 @@ static void run_case(const struct attn_case *c)
 	a.workspace_size = kvs_cuda_attn_workspace(&a);
 	assert_true(a.workspace_size > 0);
 	a.workspace = gpu_alloc(a.workspace_size);
-	gpu_poison(a.out, sizeof(float) * B * Hq * D);
 	gpu_poison(a.workspace, a.workspace_size);
-	assert_int_equal(kvs_cuda_attend(&a), 0);
-	assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
-	gpu_get(out, a.out, sizeof(float) * B * Hq * D);
-
 	for (uint32_t b = 0; b < B; b++) {
 		struct seq_host *s = &seq[b];
 		struct kvs_attn r;
@@ -269,18 +266,38 @@ static void run_case(const struct attn_case *c)
 		r.k_resid_len = s->len.k_resid_len;
 		r.v_resid_len = s->len.v_resid_len;
 		r.k_resid_stride = r.v_resid_stride = stride;
-		r.out = ref;
+		r.out = ref + (size_t)b * Hq * D;
 		assert_int_equal(kvs_backend_cpu()->attend(&r), 0);
-		double e = gpu_rel_err(out + (size_t)b * Hq * D, ref,
-				       (size_t)Hq * D);
-		if (e > worst)
-			worst = e;
-		if (!(e <= TOL))
-			fail_msg("%s: sequence %u (T=%u kq=%u kr=%u vq=%u "
-				 "vr=%u)"
-				 " relative error %g", c->name, b, s->tokens,
-				 s->len.k_quant_len, s->len.k_resid_len,
-				 s->len.v_quant_len, s->len.v_resid_len, e);
+	}
+	/* three calls on one (poisoned) workspace: whatever a call leaves
+	 * there must not change the next one's result */
+	for (int call = 0; call < 3; call++) {
+		gpu_poison(a.out, sizeof(float) * B * Hq * D);
+		assert_int_equal(kvs_cuda_attend(&a), 0);
+		assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+		gpu_get(out, a.out, sizeof(float) * B * Hq * D);
+		for (uint32_t b = 0; b < B; b++) {
+			const struct seq_host *s = &seq[b];
+			const size_t o = (size_t)b * Hq * D;
+			double e = gpu_rel_err(out + o, ref + o,
+					       (size_t)Hq * D);
+
+			if (e > worst)
+				worst = e;
+			if (!(e <= TOL))
+				fail_msg("%s: call %d, sequence %u (T=%u kq=%u "
+					 "kr=%u vq=%u vr=%u) relative error "
+					 "%g", c->name, call, b, s->tokens,
+					 s->len.k_quant_len, s->len.k_resid_len,
+					 s->len.v_quant_len, s->len.v_resid_len,
+					 e);
+		}
+		/* the same inputs, the same work split: the same bits */
+		if (!call)
+			memcpy(first, out, sizeof(float) * B * Hq * D);
+		else
+			assert_memory_equal(first, out,
+					    sizeof(float) * B * Hq * D);
 	}
 	printf("%-28s batch %2u max T %6u: worst relative error %.3g\n",
 	       c->name, B, max_tokens, worst);
@@ -300,6 +317,7 @@ static void run_case(const struct attn_case *c)
 	free(q);
 	free(out);
 	free(ref);
+	free(first);
 	free(qd);
 	free(kd);
 	free(vd);
