@@ -17,8 +17,10 @@ first CTA: the generic CTAs' duration and end, the fast warps' prologue,
 wait for the first tile, tile loop and epilogue (medians) and their ends,
 the merge's release and end, and the next call's start.  The trace points
 cost a few stores per warp: times are close to, not equal to, the
-untraced build's.  With ATTN_TRACE_DUMP=DIR set, the raw events of each
-shape's last replay are also saved to DIR/trace_<shape>_f<flags>.npz.
+untraced build's.  Per SM (the trace records each warp's SM): the end of
+its last fast warp and its fast tiles per microsecond.  With
+ATTN_TRACE_DUMP=DIR set, the raw events of each shape's last replay are
+also saved to DIR/trace_<shape>_f<flags>.npz.
 """
 import ctypes as C
 import os
@@ -82,21 +84,32 @@ def analyse(tag):
         if fw.any():
             f = att[fw]
             r["fast_warps"] = int(fw.sum())
-            r["tiles_med"] = med(list(f[:, 7]))
+            r["tiles_med"] = med(list(f[:, 7] & 0xffffffff))
             r["pro_med"] = med(list(f[:, 3] - f[:, 2])) / 1e3
             ok = f[:, 4] > 0
             r["first_med"] = med(list(f[ok, 4] - f[ok, 3])) / 1e3
             r["first_max"] = ((f[ok, 4] - f[ok, 3]).max() / 1e3
                               if ok.any() else 0)
             r["loop_med"] = med(list(f[ok, 5] - f[ok, 4])) / 1e3
-            many = ok & (f[:, 7] > 1)
+            nt = f[:, 7] & 0xffffffff
+            many = ok & (nt > 1)
             r["tile_med"] = med(list((f[many, 5] - f[many, 4]) /
-                                     f[many, 7])) / 1e3
+                                     nt[many])) / 1e3
             r["epi_med"] = med(list(f[:, 6] - f[:, 5])) / 1e3
             r["fast_start_max"] = (f[:, 2].max() - t0) / 1e3
             r["fast_end_min"] = (f[:, 6].min() - t0) / 1e3
             r["fast_end_med"] = med(list(f[:, 6] - t0)) / 1e3
             r["fast_end_max"] = (f[:, 6].max() - t0) / 1e3
+            # per SM (the high word of event 7): when its last fast warp
+            # ends, and its tiles per microsecond from the call's start
+            sm = f[:, 7] >> 32
+            ends = {}
+            for k in np.unique(sm):
+                on = sm == k
+                ends[k] = ((f[on, 6].max() - t0) / 1e3, nt[on].sum())
+            e = [v[0] for v in ends.values()]
+            r["sm_end_min"], r["sm_end_med"] = min(e), med(e)
+            r["sm_tiles_us"] = med([v[1] / v[0] for v in ends.values()])
             # the last warp's story
             i = int(np.argmax(f[:, 6]))
             w = f[i]
@@ -104,7 +117,8 @@ def analyse(tag):
                          "epi %.2f") % (
                 (w[2] - t0) / 1e3, (w[3] - w[2]) / 1e3,
                 (w[4] - w[3]) / 1e3 if w[4] else -1,
-                (w[5] - w[4]) / 1e3 if w[4] else -1, w[7], (w[6] - w[5]) / 1e3)
+                (w[5] - w[4]) / 1e3 if w[4] else -1, w[7] & 0xffffffff,
+                (w[6] - w[5]) / 1e3)
         vm = mg[:, 0] > 0
         if vm.any():
             m = mg[vm]

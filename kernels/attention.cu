@@ -97,7 +97,8 @@ struct attn_params {
  * every warp (attention) and CTA (merge) of the last TR_CALLS calls, read
  * back by kvs_cuda_attn_trace_read().  Attention: [cta][warp][8] = kernel
  * entry, generic part done, fast part entry, prologue loaded, first tile
- * ready, tile loop done, fast part done, the warp's tile count; merge:
+ * ready, tile loop done, fast part done, the warp's tile count (its SM's
+ * number << 32); merge:
  * [cta][4] = entry, wait released, done, first loads in.
  */
 #define TR_CALLS 10
@@ -126,6 +127,13 @@ static __device__ __forceinline__ void trace_put(const attn_params &p,
 		return;
 	kvs_attn_trace[p.tr * TR_CALL + (merge ? TR_ATT + blockIdx.x * 4 :
 			 (blockIdx.x * WARPS + warp) * 8) + ev] = v;
+}
+static __device__ __forceinline__ unsigned smid(void)
+{
+	unsigned x;
+
+	asm volatile("mov.u32 %0, %%smid;" : "=r"(x));
+	return x;
 }
 #define TRACE(ev) trace_put(p, false, ev, gtime())
 #define TRACE_N(ev, v) trace_put(p, false, ev, v)
@@ -1294,7 +1302,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 	st.l = 0.0f;
 	__syncthreads();
 	TRACE(3);
-	TRACE_N(7, mine);
+	TRACE_N(7, mine | (unsigned long long)smid() << 32);
 	tile_cursor cur;
 	uint8_t *stage[STAGES];
 
