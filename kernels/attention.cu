@@ -1543,116 +1543,140 @@ __global__ void subnormal_probe(int *ok)
 		*ok = 0;
 }
 
-/* Floats the merge keeps for @n splits' weights: a multiple of 4, so that
- * what follows is 16-byte aligned. */
-static __host__ __device__ __forceinline__ int merge_weights(int n)
+/* Splits a merge warp takes in one round trip, and the most warps. */
+#define MERGE_CHUNK 16
+#define MERGE_WARPS 8
+
+/* Warps of a merge CTA for @n splits: one per MERGE_CHUNK, at most
+ * MERGE_WARPS. */
+static __host__ __device__ __forceinline__ int merge_warps(int n)
 {
-	return (n + 3) & ~3;
+	const int w = (n + MERGE_CHUNK - 1) / MERGE_CHUNK;
+
+	return w < 1 ? 1 : (w > MERGE_WARPS ? MERGE_WARPS : w);
 }
 
 /*
- * One CTA per (sequence, query head).  Launched as a programmatic dependent
- * of attn_kernel: it may start while the last attention CTAs run and waits
- * for their results at griddepcontrol.wait.  The threads form groups of
- * D / 4; each group sums a share of the splits with 16-byte loads, eight in
- * flight, the first eight issued with the splits' (m, l) loads, so that up
- * to 8 * groups splits cost one round trip.  The weights exp2(m_s - max) go
- * to shared memory once, and the groups add up in shared memory.
+ * One CTA per (sequence, query head), a programmatic dependent of
+ * attn_kernel: it may start while the last attention CTAs run and waits
+ * for their results at griddepcontrol.wait.  Warp w takes splits w, w + W,
+ * ... in chunks of MERGE_CHUNK: every lane loads the chunk's (m, l) pairs
+ * and its CPL channels of each partial (channel lane + 32 j) at once, one
+ * round trip, then folds them into its running (m, l, o) by log-sum-exp in
+ * registers.  With one warp (up to MERGE_CHUNK splits) that is all; with
+ * more, the warps' results meet in shared memory behind one barrier.
+ * (Session 9: the 256-thread merge before it spent ~1.2 us after its loads
+ * on three barriers.)
  */
+template <int CPL>
 __global__ void attn_merge_kernel(const attn_params p)
 {
-	/* n_slots weights (rounded up to 16 bytes), 32 scratch, then the
-	 * groups' sums */
-	extern __shared__ __align__(16) float w_s[];
-	float *red = w_s + merge_weights(p.n_slots), *sums = red + 32;
+	/* per warp: m, l, then o[D] */
+	extern __shared__ __align__(16) float ws_s[];
 	const int b = blockIdx.x / p.Hq, qh = blockIdx.x % p.Hq;
-	const int D = p.D, n = p.n_slots, tid = threadIdx.x;
-	const int lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
-	const int pitch = ws_pitch(D), c4 = D / 4;
-	const int groups = blockDim.x / c4, g = tid / c4, c = tid % c4;
-	float mx = -INFINITY, l = 0.0f;
+	const int D = p.D, n = p.n_slots, pitch = ws_pitch(D);
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int nw = blockDim.x >> 5;
+	float m = -INFINITY, l = 0.0f, o[CPL];
 
+#pragma unroll
+	for (int j = 0; j < CPL; j++)
+		o[j] = 0.0f;
 	TRACE_M(0);
 	asm volatile("griddepcontrol.wait;\n" ::: "memory");
 	TRACE_M(1);
 	const float *base = partial(p, b, qh, 0);
-	/* a thread's first split's (m, l) stay in registers: one round trip
-	 * for the weights when the splits are no more than the threads */
-	float2 ml = make_float2(-INFINITY, 0.0f);
 
-	if (tid < n)
-		ml = *reinterpret_cast<const float2 *>(base + tid * pitch + D);
-	/* a group's 16 bytes of splits s0, s0 + groups, ... (8 of them) */
-	float4 x[8];
-	auto load8 = [&](int s0) {
+	for (int s0 = warp; s0 < n; s0 += nw * MERGE_CHUNK) {
+		float2 ml[MERGE_CHUNK];
+		float x[MERGE_CHUNK][CPL];
+
 #pragma unroll
-		for (int u = 0; u < 8; u++) {
-			const int s = s0 + u * groups;
+		for (int u = 0; u < MERGE_CHUNK; u++) {
+			const int sp = s0 + u * nw;
+			const float *row = base + (size_t)sp * pitch;
 
-			x[u] = g < groups && s < n ?
-				reinterpret_cast<const float4 *>(
-				base + (size_t)s * pitch)[c] :
-				make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-		}
-	};
-
-	/* the first 8 * groups splits' partials are loaded with the (m, l)
-	 * pairs: one round trip when the splits are no more */
-	load8(g);
-	mx = ml.x;
-	for (int s = tid + blockDim.x; s < n; s += blockDim.x)
-		mx = fmaxf(mx, base[s * pitch + D]);
-	mx = warp_max(mx);
-	TRACE_M(3);
-	if (lane == 0)
-		red[warp] = mx;
-	__syncthreads();
-	mx = red[0];
-	for (int w = 1; w < nw; w++)
-		mx = fmaxf(mx, red[w]);
-	for (int s = tid; s < n; s += blockDim.x) {
-		if (s != tid)
-			ml = *reinterpret_cast<const float2 *>(base + s * pitch +
-							       D);
-		const float w = ml.x == -INFINITY ? 0.0f : exp2f(ml.x - mx);
-
-		w_s[s] = w;
-		l = fmaf(w, ml.y, l);
-	}
-	l = warp_sum(l);
-	__syncthreads();
-	if (lane == 0)
-		red[warp] = l;
-	if (g < groups) {
-		float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-
-		for (int s0 = g; mx != -INFINITY && s0 < n; s0 += 8 * groups) {
-			if (s0 != g)
-				load8(s0);
+			ml[u] = sp < n ? *reinterpret_cast<const float2 *>(
+				row + D) : make_float2(-INFINITY, 0.0f);
 #pragma unroll
-			for (int u = 0; u < 8; u++) {
-				const int s = s0 + u * groups;
-				const float w = s < n ? w_s[s] : 0.0f;
+			for (int j = 0; j < CPL; j++) {
+				const int c = lane + 32 * j;
 
-				o.x = fmaf(w, x[u].x, o.x);
-				o.y = fmaf(w, x[u].y, o.y);
-				o.z = fmaf(w, x[u].z, o.z);
-				o.w = fmaf(w, x[u].w, o.w);
+				x[u][j] = sp < n && c < D ? row[c] : 0.0f;
 			}
 		}
-		reinterpret_cast<float4 *>(sums)[g * c4 + c] = o;
-	}
-	__syncthreads();
-	l = 0.0f;
-	for (int w = 0; w < nw; w++)
-		l += red[w];
-	for (int d = tid; d < D; d += blockDim.x) {
-		float o = 0.0f;
+		float mx = m;
 
-		for (int k = 0; k < groups; k++)
-			o += sums[k * D + d];
-		st_elem(p.odt, p.out, (size_t)(b * p.Hq + qh) * D + d,
-			l > 0.0f ? o / l : 0.0f);
+#pragma unroll
+		for (int u = 0; u < MERGE_CHUNK; u++)
+			mx = fmaxf(mx, ml[u].x);
+		if (s0 == warp)
+			TRACE_M(3);
+		if (mx == -INFINITY)
+			continue;               /* nothing yet */
+		const float a = exp2f(m - mx);
+
+		l *= a;
+#pragma unroll
+		for (int j = 0; j < CPL; j++)
+			o[j] *= a;
+#pragma unroll
+		for (int u = 0; u < MERGE_CHUNK; u++) {
+			const float w = exp2f(ml[u].x - mx);
+
+			l = fmaf(w, ml[u].y, l);
+#pragma unroll
+			for (int j = 0; j < CPL; j++)
+				o[j] = fmaf(w, x[u][j], o[j]);
+		}
+		m = mx;
+	}
+	if (nw > 1) {
+		float *mine = ws_s + warp * (D + 2);
+
+		if (lane == 0) {
+			mine[0] = m;
+			mine[1] = l;
+		}
+#pragma unroll
+		for (int j = 0; j < CPL; j++)
+			if (lane + 32 * j < D)
+				mine[2 + lane + 32 * j] = o[j];
+		__syncthreads();
+		if (warp)
+			return;
+		/* warp 0 folds in the others */
+		float mx = m;
+
+		for (int w = 1; w < nw; w++)
+			mx = fmaxf(mx, ws_s[w * (D + 2)]);
+		if (mx != -INFINITY) {
+			const float a = exp2f(m - mx);
+
+			l *= a;
+#pragma unroll
+			for (int j = 0; j < CPL; j++)
+				o[j] *= a;
+			for (int w = 1; w < nw; w++) {
+				const float *r = ws_s + w * (D + 2);
+				const float wt = exp2f(r[0] - mx);
+
+				l = fmaf(wt, r[1], l);
+#pragma unroll
+				for (int j = 0; j < CPL; j++)
+					if (lane + 32 * j < D)
+						o[j] = fmaf(wt, r[2 + lane +
+							     32 * j], o[j]);
+			}
+		}
+	}
+#pragma unroll
+	for (int j = 0; j < CPL; j++) {
+		const int c = lane + 32 * j;
+
+		if (c < D)
+			st_elem(p.odt, p.out, (size_t)(b * p.Hq + qh) * D + c,
+				l > 0.0f ? o[j] / l : 0.0f);
 	}
 	TRACE_M(2);
 }
@@ -1757,7 +1781,6 @@ static double gen_chunk_cost(void)
 	}
 	return cost;
 }
-#define MERGE_THREADS 256
 
 /* a generic CTA's share of the tiles costs its tiles per warp + this
  * (the fast CTA's prologue and epilogue a second time, after its chunks;
@@ -1949,17 +1972,19 @@ static int merge_launch(const attn_params &p, cudaStream_t stream)
 {
 	cudaLaunchConfig_t cfg = {};
 	cudaLaunchAttribute attr[1];
+	const int nw = merge_warps(p.n_slots);
+	void (*fn)(const attn_params) = p.D <= 64 ? attn_merge_kernel<2> :
+		p.D <= 128 ? attn_merge_kernel<4> : attn_merge_kernel<8>;
 
 	attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
 	attr[0].val.programmaticStreamSerializationAllowed = 1;
 	cfg.gridDim = dim3(p.B * p.Hq);
-	cfg.blockDim = dim3(MERGE_THREADS);
-	cfg.dynamicSmemBytes = sizeof(float) * (merge_weights(p.n_slots) + 32 +
-						4 * MERGE_THREADS);
+	cfg.blockDim = dim3(32 * nw);
+	cfg.dynamicSmemBytes = nw > 1 ? sizeof(float) * nw * (p.D + 2) : 0;
 	cfg.stream = stream;
 	cfg.attrs = attr;
 	cfg.numAttrs = 1;
-	return KVS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, attn_merge_kernel, p));
+	return KVS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, fn, p));
 }
 
 int kvs_cuda_attend(const struct kvs_cuda_attn *a)
