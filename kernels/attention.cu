@@ -1571,13 +1571,23 @@ static __host__ __device__ __forceinline__ int merge_warps(int n)
 template <int CPL>
 __global__ void attn_merge_kernel(const attn_params p)
 {
-	/* per warp: m, l, then o[D] */
+	/* per warp a row of m, l, then o[D] */
 	extern __shared__ __align__(16) float ws_s[];
 	const int b = blockIdx.x / p.Hq, qh = blockIdx.x % p.Hq;
-	const int D = p.D, n = p.n_slots, pitch = ws_pitch(D);
+	const int D = p.D, n = p.n_slots, pitch = ws_pitch(D), row = D + 2;
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int nw = blockDim.x >> 5;
 	float m = -INFINITY, l = 0.0f, o[CPL];
+	/* the running (l, o) rescaled to a new maximum @mx (finite) */
+	auto rescale = [&](float mx) {
+		const float a = exp2f(m - mx);
+
+		l *= a;
+#pragma unroll
+		for (int j = 0; j < CPL; j++)
+			o[j] *= a;
+		m = mx;
+	};
 
 #pragma unroll
 	for (int j = 0; j < CPL; j++)
@@ -1614,25 +1624,19 @@ __global__ void attn_merge_kernel(const attn_params p)
 			TRACE_M(3);
 		if (mx == -INFINITY)
 			continue;               /* nothing yet */
-		const float a = exp2f(m - mx);
-
-		l *= a;
-#pragma unroll
-		for (int j = 0; j < CPL; j++)
-			o[j] *= a;
+		rescale(mx);
 #pragma unroll
 		for (int u = 0; u < MERGE_CHUNK; u++) {
-			const float w = exp2f(ml[u].x - mx);
+			const float w = exp2f(ml[u].x - m);
 
 			l = fmaf(w, ml[u].y, l);
 #pragma unroll
 			for (int j = 0; j < CPL; j++)
 				o[j] = fmaf(w, x[u][j], o[j]);
 		}
-		m = mx;
 	}
 	if (nw > 1) {
-		float *mine = ws_s + warp * (D + 2);
+		float *mine = ws_s + warp * row;
 
 		if (lane == 0) {
 			mine[0] = m;
@@ -1649,17 +1653,12 @@ __global__ void attn_merge_kernel(const attn_params p)
 		float mx = m;
 
 		for (int w = 1; w < nw; w++)
-			mx = fmaxf(mx, ws_s[w * (D + 2)]);
+			mx = fmaxf(mx, ws_s[w * row]);
 		if (mx != -INFINITY) {
-			const float a = exp2f(m - mx);
-
-			l *= a;
-#pragma unroll
-			for (int j = 0; j < CPL; j++)
-				o[j] *= a;
+			rescale(mx);
 			for (int w = 1; w < nw; w++) {
-				const float *r = ws_s + w * (D + 2);
-				const float wt = exp2f(r[0] - mx);
+				const float *r = ws_s + w * row;
+				const float wt = exp2f(r[0] - m);
 
 				l = fmaf(wt, r[1], l);
 #pragma unroll
