@@ -460,6 +460,17 @@ static __device__ __forceinline__ void raw_issue(const attn_params &p,
 	}
 }
 
+/* Eight floats to a 16-byte aligned row of shared memory, as two 16-byte
+ * stores (as scalars, the stores of a warp's 8-float items, 32 bytes apart,
+ * met four to a bank) */
+static __device__ __forceinline__ void store8(float *dst, const float x[8])
+{
+	float4 *d4 = reinterpret_cast<float4 *>(dst);
+
+	d4[0] = make_float4(x[0], x[1], x[2], x[3]);
+	d4[1] = make_float4(x[4], x[5], x[6], x[7]);
+}
+
 /* Decodes items [@base, @base + U * blockDim.x) of the chunk at @c0 into
  * the float rows of @kt and @vt (@km: the chunk's Key origins and steps,
  * in shared memory already). */
@@ -482,11 +493,8 @@ static __device__ __forceinline__ void raw_store(const attn_params &p,
 		if (i >= items)
 			continue;
 		raw_decode(p, sq, c0 + t, d, r[u], km, kx, vx);
-#pragma unroll
-		for (int k = 0; k < 8; k++) {
-			kt[t * pitch + d + k] = kx[k];
-			vt[t * pitch + d + k] = vx[k];
-		}
+		store8(kt + t * pitch + d, kx);
+		store8(vt + t * pitch + d, vx);
 	}
 }
 
@@ -507,8 +515,8 @@ static __device__ __forceinline__ void raw_prefetch(const attn_params &p,
 		const size_t m = k_meta_at(p, h, c0 % p.S, tid % per_tok * 8);
 
 		a.meta = *reinterpret_cast<const uint4 *>(
-			pg + p.lay.off[half ? KVS_SEC_KEY_STEP :
-				       KVS_SEC_KEY_ORIGIN] + 2 * m);
+			pg + (half ? p.lay.off[KVS_SEC_KEY_STEP] :
+				     p.lay.off[KVS_SEC_KEY_ORIGIN]) + 2 * m);
 	}
 	raw_issue<U>(p, sq, pg, b, h, c0, n, 0, a.r);
 }
@@ -549,9 +557,37 @@ static __device__ __forceinline__ void raw_chunk(const attn_params &p,
  * read the page table) */
 #define GEN_PAGES 16
 
+/* Floats of a generic CTA's shared memory before its scores: the chunk's
+ * Key and Value rows and the query, and at least room for the Value
+ * accumulators of every thread (16 each), which meet there at the end. */
+static __host__ __device__ __forceinline__ int gen_rows(int D)
+{
+	const int n = 2 * TILE * (D + 4) + HPC * D;
+
+	return n > 16 * WARPS * 32 ? n : 16 * WARPS * 32;
+}
+
+static __device__ __forceinline__ void va_scale(float4 &a, float s)
+{
+	a.x *= s;
+	a.y *= s;
+	a.z *= s;
+	a.w *= s;
+}
+
+static __device__ __forceinline__ void va_fma(float4 &a, float w,
+					      const float4 &v)
+{
+	a.x = fmaf(w, v.x, a.x);
+	a.y = fmaf(w, v.y, a.y);
+	a.z = fmaf(w, v.z, a.z);
+	a.w = fmaf(w, v.w, a.w);
+}
+
 template <int U>
-static __device__ void generic_cta(const attn_params &p, int split, int h,
-				   int sub, int b, float *smem)
+static __device__ __forceinline__ void generic_cta(const attn_params &p,
+						   int split, int h, int sub,
+						   int b, float *smem)
 {
 	/* rows of D + 4 floats: 16-byte aligned for float4 loads, and token
 	 * rows 4 banks apart */
@@ -563,10 +599,17 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 	/* the last split takes everything left, so a sequence whose residual
 	 * outgrows max_resid_rows costs time, never tokens */
 	const int t1 = split == p.n_gen - 1 ? T : min(T, t0 + p.gen_tps);
-	float *kt = smem, *vt = kt + TILE * pitch;
-	float *qs = vt + TILE * pitch, *acc = qs + HPC * D;
-	float *ss = acc + HPC * D, *ms = ss + HPC * TILE;
+	float *kt = smem, *vt = kt + TILE * pitch, *qs = vt + TILE * pitch;
+	/* scores [token][head], then per head the running max, sum and the
+	 * chunk's rescale factor */
+	float *ss = smem + gen_rows(D), *ms = ss + HPC * TILE;
 	float *ls = ms + HPC, *as = ls + HPC, *km = as + HPC;
+	/* Value accumulators in registers: thread (vs, vc) holds channels
+	 * 4 vc .. 4 vc + 3 of every head, over the chunk's tokens vs, vs + ns,
+	 * ...; the token sets are summed once, at the end */
+	const int qd = D / 4, ns = WARPS * 32 / qd;
+	const int vc = tid % qd, vs = tid / qd;
+	float4 va[HPC];
 	int32_t *pg_s = reinterpret_cast<int32_t *>(km + 2 * D);
 	const bool raw = gen_raw_ok(p);
 	const uint32_t hist = max(sq.k_quant_len, sq.v_quant_len);
@@ -612,15 +655,16 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 	for (int k = 0; k < QV; k++) {
 		const int e = tid + k * WARPS * 32;
 
-		if (e < HPC * D) {
+		if (e < HPC * D)
 			qs[e] = bits_float(p.qdt, qv[k]) * p.scale_log2;
-			acc[e] = 0.0f;
-		}
 	}
 	if (tid < HPC) {
 		ms[tid] = -INFINITY;
 		ls[tid] = 0.0f;
 	}
+#pragma unroll
+	for (int j = 0; j < HPC; j++)
+		va[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 	for (int c0 = t0; c0 < t1; c0 += gch) {
 		int n = min(gch, t1 - c0);
 
@@ -659,62 +703,72 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 				int i = base + u * blockDim.x + tid;
 
 				int t = i / per_tok, d = i % per_tok * 8;
-				float *kr = kt + t * pitch + d;
-				float *vr = vt + t * pitch + d;
-
 				if (i < items) {
-#pragma unroll
-					for (int k = 0; k < 8; k++) {
-						kr[k] = kx[u][k];
-						vr[k] = vx[u][k];
-					}
+					store8(kt + t * pitch + d, kx[u]);
+					store8(vt + t * pitch + d, vx[u]);
 				}
 			}
 		}
 		__syncthreads();
 		{
-			/* token t, head j: dp threads a dot (one thread of
-			 * the CTA a part), each every dp-th float4 of the
-			 * row, summed by shuffles */
-			const int dp = WARPS * 32 / (gch * HPC);
-			const int k = tid % dp, t = tid / dp % gch;
-			const int j = tid / dp / gch;
-			float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+			/* token t's logits: P threads a token, each every P-th
+			 * float4 of its Key row, for all four heads (the query
+			 * rows are broadcasts), summed by shuffles */
+			const int P = WARPS * 32 / gch;
+			const int k = tid % P, t = tid / P;
+			float2 a[HPC];
 
-			if (t < n && j < nh) {
-				const float4 *qr = reinterpret_cast<const float4 *>(
-					qs + j * D);
+#pragma unroll
+			for (int j = 0; j < HPC; j++)
+				a[j] = make_float2(0.0f, 0.0f);
+			if (t < n) {
 				const float4 *kr = reinterpret_cast<const float4 *>(
 					kt + t * pitch);
 
-#pragma unroll 4
-				for (int d = k; d < D / 4; d += dp) {
-					const float4 x = qr[d], y = kr[d];
-
-					a.x = fmaf(x.x, y.x, a.x);
-					a.y = fmaf(x.y, y.y, a.y);
-					a.z = fmaf(x.z, y.z, a.z);
-					a.w = fmaf(x.w, y.w, a.w);
-				}
-			}
-			float s = (a.x + a.y) + (a.z + a.w);
+#pragma unroll 2
+				for (int d = k; d < D / 4; d += P) {
+					const float4 y = kr[d];
 
 #pragma unroll
-			for (int o = 1; o < dp; o <<= 1)
-				s += __shfl_xor_sync(0xffffffffu, s, o);
+					for (int j = 0; j < HPC; j++) {
+						const float4 x = reinterpret_cast<
+							const float4 *>(qs + j * D)[d];
+
+						a[j].x = fmaf(x.x, y.x, a[j].x);
+						a[j].y = fmaf(x.y, y.y, a[j].y);
+						a[j].x = fmaf(x.z, y.z, a[j].x);
+						a[j].y = fmaf(x.w, y.w, a[j].y);
+					}
+				}
+			}
+			float s[HPC];
+
+#pragma unroll
+			for (int j = 0; j < HPC; j++)
+				s[j] = a[j].x + a[j].y;
+			for (int o = 1; o < P; o <<= 1)
+#pragma unroll
+				for (int j = 0; j < HPC; j++)
+					s[j] += __shfl_xor_sync(0xffffffffu,
+								s[j], o);
+#pragma unroll
+			for (int j = 0; j < HPC; j++)
+				if (t >= n || j >= nh)
+					s[j] = -INFINITY;
 			if (k == 0)
-				ss[j * TILE + t] = t < n && j < nh ? s : -INFINITY;
+				*reinterpret_cast<float4 *>(ss + t * HPC) =
+					make_float4(s[0], s[1], s[2], s[3]);
 		}
 		__syncthreads();
 		if (tid < HPC * 32) {
 			int j = tid >> 5, lane = tid & 31;
-			float s = lane < n ? ss[j * TILE + lane] : -INFINITY;
+			float s = lane < n ? ss[lane * HPC + j] : -INFINITY;
 			float mo = ms[j], mn = fmaxf(mo, warp_max(s));
 			float pr = s == -INFINITY ? 0.0f : exp2f(s - mn);
 			float alpha = mo == -INFINITY ? 0.0f : exp2f(mo - mn);
 			float sum = warp_sum(pr);
 
-			ss[j * TILE + lane] = pr;
+			ss[lane * HPC + j] = pr;
 			__syncwarp();
 			if (lane == 0) {
 				ms[j] = mn;
@@ -723,35 +777,60 @@ static __device__ void generic_cta(const attn_params &p, int split, int h,
 			}
 		}
 		__syncthreads();
-		for (int e = tid; e < HPC * D / 4; e += blockDim.x) {
-			const int j = e / (D / 4), d = e % (D / 4) * 4;
-			const float al = as[j], *pr = ss + j * TILE;
-			float4 a = reinterpret_cast<float4 *>(acc)[e];
+		if (vs < ns) {
+			const float4 al = *reinterpret_cast<const float4 *>(as);
 
-			a.x *= al;
-			a.y *= al;
-			a.z *= al;
-			a.w *= al;
-#pragma unroll 4
-			for (int t = 0; t < n; t++) {
+			va_scale(va[0], al.x);
+			va_scale(va[1], al.y);
+			va_scale(va[2], al.z);
+			va_scale(va[3], al.w);
+#pragma unroll 2
+			for (int t = vs; t < n; t += ns) {
 				const float4 v = *reinterpret_cast<const float4 *>(
-					vt + t * pitch + d);
-				const float w = pr[t];
+					vt + t * pitch + 4 * vc);
+				const float4 w = *reinterpret_cast<const float4 *>(
+					ss + t * HPC);
 
-				a.x = fmaf(w, v.x, a.x);
-				a.y = fmaf(w, v.y, a.y);
-				a.z = fmaf(w, v.z, a.z);
-				a.w = fmaf(w, v.w, a.w);
+				va_fma(va[0], w.x, v);
+				va_fma(va[1], w.y, v);
+				va_fma(va[2], w.z, v);
+				va_fma(va[3], w.w, v);
 			}
-			reinterpret_cast<float4 *>(acc)[e] = a;
 		}
 	}
 	__syncthreads();
-	for (int e = tid; e < nh * (D + 2); e += blockDim.x) {
-		int j = e / (D + 2), d = e % (D + 2);
-		float x = d < D ? acc[j * D + d] : d == D ? ms[j] : ls[j];
+	/* the token sets' accumulators meet in the (now free) chunk rows */
+	float *red = smem;
 
-		partial(p, b, hq0 + j, p.n_fast + split)[d] = x;
+	if (vs < ns)
+#pragma unroll
+		for (int j = 0; j < HPC; j++)
+			*reinterpret_cast<float4 *>(red + (vs * HPC + j) * D +
+						    4 * vc) = va[j];
+	__syncthreads();
+	for (int e = tid; e < nh * qd; e += blockDim.x) {
+		const int j = e / qd, c = 4 * (e % qd);
+		const float4 *r = reinterpret_cast<const float4 *>(
+			red + j * D + c);
+		float4 x = r[0];
+
+#pragma unroll 4
+		for (int s = 1; s < ns; s++) {
+			const float4 y = r[s * HPC * D / 4];
+
+			x.x += y.x;
+			x.y += y.y;
+			x.z += y.z;
+			x.w += y.w;
+		}
+		*reinterpret_cast<float4 *>(partial(p, b, hq0 + j,
+						    p.n_fast + split) + c) = x;
+	}
+	if (tid < nh) {
+		float *o = partial(p, b, hq0 + tid, p.n_fast + split);
+
+		o[D] = ms[tid];
+		o[D + 1] = ls[tid];
 	}
 }
 
@@ -955,7 +1034,7 @@ struct key_query {
 
 struct fast_state {
 	float acc[8][4];        /* value MMA accumulators (value_update) */
-	float acc_o[2][4];      /* sum p*origin per channel half */
+	float so[4];            /* lane-partial sum p*origin per group */
 	float m, l;             /* reference max, lane-partial sum; head ti */
 };
 
@@ -1050,7 +1129,8 @@ static __device__ __forceinline__ float key_operand(const uint8_t *sg,
  * of head n / 2 from @p_s and the steps of its group from the tile.  Of an
  * M-block's output a lane keeps, for head ti, the column of its rows' group
  * (half the products are dropped, against a quarter in the other order).
- * The origin term is one MMA per half and K-block against A = ones.
+ * The origin term sum_t p[t,j] origin[t,g] is not here: fast_tile() sums it
+ * in fp32 on the lanes that hold p.
  */
 template <bool SUB>
 static __device__ __forceinline__ void value_update(const uint8_t *sg,
@@ -1075,7 +1155,7 @@ static __device__ __forceinline__ void value_update(const uint8_t *sg,
 		for (int i = 0; i < 4; i++)
 			r8[i] = r[i] >> 8;
 		/* B: tokens 16 kb + 2 ti (+1) and (+8, +9) */
-		uint32_t bs[2][2], bo[2][2];
+		uint32_t bs[2][2];
 #pragma unroll
 		for (int e = 0; e < 2; e++) {
 			const int t = 16 * kb + 2 * ti + 8 * e;
@@ -1083,23 +1163,16 @@ static __device__ __forceinline__ void value_update(const uint8_t *sg,
 				ph + 16 * kb + 8 * e);
 			const uint4 s4 = *reinterpret_cast<const uint4 *>(
 				sg + T_VS + 8 * t);
-			const uint4 o4 = *reinterpret_cast<const uint4 *>(
-				sg + T_VO + 8 * t);
 			const __half2 p2 = __floats2half2_rn(pp.x, pp.y);
 			/* x, y: token t's groups 0-1, 2-3; z, w: token t+1's */
 			const uint32_t sp[2] = { __byte_perm(s4.x, s4.z, sel),
 						 __byte_perm(s4.y, s4.w, sel) };
-			const uint32_t op[2] = { __byte_perm(o4.x, o4.z, sel),
-						 __byte_perm(o4.y, o4.w, sel) };
 #pragma unroll
 			for (int hf = 0; hf < 2; hf++) {
 				const __half2 a = __hmul2(p2,
 					*reinterpret_cast<const __half2 *>(&sp[hf]));
-				const __half2 b = __hmul2(p2,
-					*reinterpret_cast<const __half2 *>(&op[hf]));
 
 				bs[hf][e] = *reinterpret_cast<const uint32_t *>(&a);
-				bo[hf][e] = *reinterpret_cast<const uint32_t *>(&b);
 			}
 		}
 #pragma unroll
@@ -1112,8 +1185,6 @@ static __device__ __forceinline__ void value_update(const uint8_t *sg,
 					code_pair<SUB>(r[2 * hf + 1], r8[2 * hf + 1], k),
 					code_pair<SUB>(r[2 * hf + 1], r8[2 * hf + 1], k + 4),
 					bs[hf][0], bs[hf][1]);
-			mma16816(st.acc_o[hf], 0x3C003C00u, 0x3C003C00u,
-				 0x3C003C00u, 0x3C003C00u, bo[hf][0], bo[hf][1]);
 		}
 	}
 }
@@ -1207,10 +1278,8 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 			for (int e = 0; e < 4; e++)
 				st.acc[nt][e] *= alpha;
 #pragma unroll
-		for (int hf = 0; hf < 2; hf++)
-#pragma unroll
-			for (int e = 0; e < 4; e++)
-				st.acc_o[hf][e] *= alpha;
+		for (int g = 0; g < 4; g++)
+			st.so[g] *= alpha;
 	}
 	float psum = 0.0f;
 #pragma unroll
@@ -1218,9 +1287,17 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 		/* logit[r] is token gi + 8 * (r's row): rows 0, 8, 16, 24 */
 		const int tok = gi + 8 * (r & 1) + 16 * (r >> 1);
 		const float pr = exp2_tile(logit[r] - st.m);
+		/* the token's Value origins, groups 0-1 and 2-3 */
+		const uint2 ow = *reinterpret_cast<const uint2 *>(
+			sg + T_VO + 8 * tok);
+		const float2 o01 = h2f(ow.x), o23 = h2f(ow.y);
 
 		psum += pr;
 		p_s[ti * P_PITCH + tok] = pr;
+		st.so[0] = fmaf(pr, o01.x, st.so[0]);
+		st.so[1] = fmaf(pr, o01.y, st.so[1]);
+		st.so[2] = fmaf(pr, o23.x, st.so[2]);
+		st.so[3] = fmaf(pr, o23.y, st.so[3]);
 	}
 	st.l += psum;
 	__syncwarp();
@@ -1294,10 +1371,8 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		for (int e = 0; e < 4; e++)
 			st.acc[nt][e] = 0.0f;
 #pragma unroll
-	for (int hf = 0; hf < 2; hf++)
-#pragma unroll
-		for (int e = 0; e < 4; e++)
-			st.acc_o[hf][e] = 0.0f;
+	for (int g = 0; g < 4; g++)
+		st.so[g] = 0.0f;
 	st.m = -INFINITY;
 	st.l = 0.0f;
 	__syncthreads();
@@ -1400,6 +1475,12 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 	l += __shfl_xor_sync(0xffffffffu, l, 4);
 	l += __shfl_xor_sync(0xffffffffu, l, 8);
 	l += __shfl_xor_sync(0xffffffffu, l, 16);
+	/* the origin sums of head ti over the warp's tokens */
+#pragma unroll
+	for (int g = 0; g < 4; g++)
+#pragma unroll
+		for (int o = 4; o < 32; o <<= 1)
+			st.so[g] += __shfl_xor_sync(0xffffffffu, st.so[g], o);
 	__syncthreads();
 
 	/* CTA merge area (reuses the stages): o[w][j][D], m[w][j], l[w][j],
@@ -1413,7 +1494,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 
 #pragma unroll
 	for (int hf = 0; hf < 2; hf++) {
-		const float o = gl ? st.acc_o[hf][1] : st.acc_o[hf][0];
+		const float o = gl ? st.so[2 * hf + 1] : st.so[2 * hf];
 #pragma unroll
 		for (int k = 0; k < 4; k++) {
 			/* undo the codes' 4^k 2^-24 */
@@ -1501,8 +1582,19 @@ attn_kernel(const attn_params p)
 
 	if (!FAST || (int)blockIdx.x < gen) {
 		/* the 4-CTA build keeps two raw items in flight, not four,
-		 * to stay within 128 registers */
-		generic_cta<MIN_CTAS >= 4 ? 2 : 4>(p, split, h, sub, b,
+		 * to stay within 128 registers; in the fast build the format
+		 * is the fast path's, and its constants make the generic
+		 * code for it smaller (shifts for divisions, no selects on
+		 * the metadata type) */
+		attn_params g = p;
+
+		if (FAST) {
+			g.D = FAST_D;
+			g.G = TILE;
+			g.bits = 2;
+			g.meta = KVS_DTYPE_F16;
+		}
+		generic_cta<MIN_CTAS >= 4 ? 2 : 4>(g, split, h, sub, b,
 			    reinterpret_cast<float *>(smem));
 		TRACE(1);
 		if (!FAST || !p.hyb_tps)
@@ -1958,8 +2050,8 @@ uint64_t kvs_cuda_attn_workspace(const struct kvs_cuda_attn *a)
 
 static size_t generic_smem(int D)
 {
-	return ((size_t)2 * TILE * (D + 4) + 2 * HPC * D + HPC * TILE +
-		3 * HPC + 2 * D + GEN_PAGES) * sizeof(float);
+	return ((size_t)gen_rows(D) + HPC * TILE + 3 * HPC + 2 * D +
+		GEN_PAGES) * sizeof(float);
 }
 
 /*
