@@ -559,12 +559,13 @@ static __device__ __forceinline__ void raw_chunk(const attn_params &p,
 
 /* Floats of a generic CTA's shared memory before its scores: the chunk's
  * Key and Value rows and the query, and at least room for the Value
- * accumulators of every thread (16 each), which meet there at the end. */
+ * accumulators of every thread (a float4 per head), which meet there at
+ * the end. */
 static __host__ __device__ __forceinline__ int gen_rows(int D)
 {
-	const int n = 2 * TILE * (D + 4) + HPC * D;
+	const int n = 2 * TILE * (D + 4) + HPC * D, acc = 4 * HPC * WARPS * 32;
 
-	return n > 16 * WARPS * 32 ? n : 16 * WARPS * 32;
+	return n > acc ? n : acc;
 }
 
 static __device__ __forceinline__ void va_scale(float4 &a, float s)
@@ -815,14 +816,8 @@ static __device__ __forceinline__ void generic_cta(const attn_params &p,
 		float4 x = r[0];
 
 #pragma unroll 4
-		for (int s = 1; s < ns; s++) {
-			const float4 y = r[s * HPC * D / 4];
-
-			x.x += y.x;
-			x.y += y.y;
-			x.z += y.z;
-			x.w += y.w;
-		}
+		for (int s = 1; s < ns; s++)
+			va_fma(x, 1.0f, r[s * HPC * D / 4]);
 		*reinterpret_cast<float4 *>(partial(p, b, hq0 + j,
 						    p.n_fast + split) + c) = x;
 	}
@@ -1470,17 +1465,19 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 	cp_wait<0>();
 	TRACE(5);
 
-	/* per-warp results */
-	float l = st.l;
-	l += __shfl_xor_sync(0xffffffffu, l, 4);
-	l += __shfl_xor_sync(0xffffffffu, l, 8);
-	l += __shfl_xor_sync(0xffffffffu, l, 16);
-	/* the origin sums of head ti over the warp's tokens */
-#pragma unroll
-	for (int g = 0; g < 4; g++)
+	/* per-warp results: the sum and the origin sums of head ti over the
+	 * warp's tokens, from the eight lanes gi of column ti */
+	auto column_sum = [](float x) {
 #pragma unroll
 		for (int o = 4; o < 32; o <<= 1)
-			st.so[g] += __shfl_xor_sync(0xffffffffu, st.so[g], o);
+			x += __shfl_xor_sync(0xffffffffu, x, o);
+		return x;
+	};
+	const float l = column_sum(st.l);
+
+#pragma unroll
+	for (int g = 0; g < 4; g++)
+		st.so[g] = column_sum(st.so[g]);
 	__syncthreads();
 
 	/* CTA merge area (reuses the stages): o[w][j][D], m[w][j], l[w][j],
