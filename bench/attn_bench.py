@@ -342,10 +342,18 @@ def main():
     ap.add_argument("--no-seal", action="store_true")
     ap.add_argument("--no-tail-hint", action="store_true",
                     help="leave max_resid_rows 0 (tail sized by strides)")
+    ap.add_argument("--page-stride", type=int, default=0,
+                    help="bytes between pool pages (a multiple of 256, at "
+                    "least a block image; default: the image rounded up)")
     ap.add_argument("--json")
     opt = ap.parse_args()
     lib = load(opt.lib)
     page_stride = pool_page_stride(lib)
+    if opt.page_stride:
+        if opt.page_stride < page_stride or opt.page_stride % 256:
+            sys.exit("--page-stride: a multiple of 256, at least %d"
+                     % page_stride)
+        page_stride = opt.page_stride
     dev = torch.cuda.get_device_name()
     bw = copy_bandwidth()
     print("device %s, D2D copy %.0f GB/s (read+write), page %d B"
