@@ -10,7 +10,7 @@
  *
  * Fast CTAs (D=128, b=2, G=32, fp16 metadata) cover whole 32-token tiles
  * that are history for both Keys and Values.  Each warp streams its tiles
- * (3 KB: codes and metadata of K and V) through a 3-stage cp.async ring and
+ * (3 KB: codes and metadata of K and V) through a 2-stage cp.async ring and
  * computes on tensor cores (mma.sync m16n8k16), never widening codes beyond
  * registers:
  *   Key:   s[t,j] = sum_d q[j,d] o[d] + sum_d (q[j,d] step[d]) c[t,d].  The
@@ -43,7 +43,12 @@
 #define HPC 4             /* query heads per CTA */
 #define WARPS 4
 #define TILE 32           /* tokens per fast tile (one Key group) */
-#define STAGES 3
+/* cp.async ring stages per warp: one tile in flight while one is computed.
+ * A third stage (two in flight, ~96 KB a 4-CTA SM) kept the stream no
+ * fuller and only lengthened the queue that every other load of the SM
+ * waits behind: the first tiles and the residual tail's round trips
+ * (docs/KERNELS.md, session 12) */
+#define STAGES 2
 #define TILE_BYTES 3072
 #define FAST_D 128
 #define KB_PITCH 272      /* bytes per row of the Key B matrix (8 rows) */
