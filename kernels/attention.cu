@@ -429,6 +429,158 @@ static __device__ __forceinline__ void raw_decode(const attn_params &p,
 	}
 }
 
+/* Eight floats to a 16-byte aligned row of shared memory, as two 16-byte
+ * stores (as scalars, the stores of a warp's 8-float items, 32 bytes apart,
+ * met four to a bank) */
+static __device__ __forceinline__ void store8(float *dst, const float x[8])
+{
+	float4 *d4 = reinterpret_cast<float4 *>(dst);
+
+	d4[0] = make_float4(x[0], x[1], x[2], x[3]);
+	d4[1] = make_float4(x[4], x[5], x[6], x[7]);
+}
+
+static __device__ __forceinline__ void cp_async16(void *dst, const void *src)
+{
+	uint32_t s = (uint32_t)__cvta_generic_to_shared(dst);
+
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
+		     :: "r"(s), "l"(src));
+}
+
+static __device__ __forceinline__ void cp_async8(void *dst, const void *src)
+{
+	uint32_t s = (uint32_t)__cvta_generic_to_shared(dst);
+
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n"
+		     :: "r"(s), "l"(src));
+}
+
+static __device__ __forceinline__ void cp_commit(void)
+{
+	asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N>
+static __device__ __forceinline__ void cp_wait(void)
+{
+	asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
+}
+
+/* D = A * B + D, m16n8k16, fp16 operands, fp32 accumulators. */
+/*
+ * The fast build's generic CTA copies a whole chunk's bytes as they are
+ * (cp.async) into one buffer of shared memory, one chunk ahead: per token a
+ * Key and a Value row of RAW_ROW bytes (fp16/bf16 residual rows, or the 32
+ * code bytes of a history token), the Value origins and steps of history
+ * tokens (8 + 8 bytes), and the chunk's Key origins and steps.  Unlike the
+ * items in registers (raw_ahead, half a chunk in the 4-CTA build), nothing
+ * of the next chunk is left to load once the chunk starts.
+ */
+#define RAW_ROW 256
+#define RAW_VM (2 * TILE * RAW_ROW)
+#define RAW_KM (RAW_VM + TILE * 16)
+#define RAW_BYTES (RAW_KM + 4 * FAST_D)
+
+/* Issues the copies of the chunk at @c0 (@n tokens, page @pg) into @raw;
+ * fast format only (D = 128, 2 bits, 16-bit rows and metadata). */
+static __device__ __forceinline__ void raw_copy(const attn_params &p,
+						const kvs_cuda_seq &sq,
+						const uint8_t *pg, int b,
+						int h, int c0, int n,
+						uint8_t *raw)
+{
+	const int tid = threadIdx.x;
+
+	/* 16-byte pieces j of token t's rows; a code row is pieces 0-1, and
+	 * pieces 2-3 of a history Value carry its origins and steps */
+	for (int i = tid; i < n * 16; i += WARPS * 32) {
+		const int t = i >> 4, j = i & 15, tok = c0 + t;
+		const int tt = tok % p.S;
+		uint8_t *kr = raw + t * RAW_ROW, *vr = kr + TILE * RAW_ROW;
+
+		/* a residual row, or the code row of section @off */
+		auto row = [&](uint8_t *dst, bool resid, const void *base,
+			       size_t at, uint64_t off) {
+			if (resid)
+				cp_async16(dst + 16 * j,
+					   (const uint16_t *)base + at);
+			else if (j < 2)
+				cp_async16(dst + 16 * j, pg + off +
+					   code_row(p, h, tt) + 16 * j);
+		};
+		const bool kres = (uint32_t)tok >= sq.k_quant_len;
+		const bool vres = (uint32_t)tok >= sq.v_quant_len;
+
+		row(kr, kres, p.k_resid, k_resid_at(p, sq, b, h, tok, 8 * j),
+		    p.lay.off[KVS_SEC_KEY_CODES]);
+		row(vr, vres, p.v_resid, v_resid_at(p, sq, b, h, tok, 8 * j),
+		    p.lay.off[KVS_SEC_VAL_CODES]);
+		if (!vres && j >= 2 && j < 4)
+			cp_async8(raw + RAW_VM + 16 * t + 8 * (j - 2), pg +
+				  (j == 2 ? p.lay.off[KVS_SEC_VAL_ORIGIN] :
+					    p.lay.off[KVS_SEC_VAL_STEP]) +
+				  2 * v_meta_row(p, h, tt));
+	}
+	/* the Key origins (pieces 0-15), then steps (16-31) */
+	if (n > 0 && (uint32_t)c0 < sq.k_quant_len && tid < 32) {
+		const size_t m = k_meta_at(p, h, c0 % p.S, (tid & 15) * 8);
+
+		cp_async16(raw + RAW_KM + 16 * tid, pg +
+			   (tid < 16 ? p.lay.off[KVS_SEC_KEY_ORIGIN] :
+				       p.lay.off[KVS_SEC_KEY_STEP]) + 2 * m);
+	}
+	cp_commit();
+}
+
+/* Stages the chunk copied into @raw (raw_copy) in @kt and @vt as floats,
+ * the Key metadata through @km; ends with the buffer free. */
+static __device__ __forceinline__ void raw_unpack(const attn_params &p,
+						  const kvs_cuda_seq &sq,
+						  int c0, int n,
+						  const uint8_t *raw,
+						  float *km, float *kt,
+						  float *vt, int pitch)
+{
+	const int tid = threadIdx.x;
+
+	cp_wait<0>();
+	__syncthreads();
+	if ((uint32_t)c0 < sq.k_quant_len && tid < 32) {
+		const uint4 m = *reinterpret_cast<const uint4 *>(
+			raw + RAW_KM + 16 * tid);
+
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			km[tid * 8 + k] = elem16(p.meta, m, k);
+	}
+	__syncthreads();
+	for (int i = tid; i < n * 16; i += WARPS * 32) {
+		const int t = i >> 4, d = (i & 15) * 8, tok = c0 + t;
+		const uint8_t *kr = raw + t * RAW_ROW, *vr = kr + TILE * RAW_ROW;
+		raw_item r;
+		float kx[8], vx[8];
+
+		if ((uint32_t)tok < sq.k_quant_len)
+			r.k.x = *reinterpret_cast<const uint16_t *>(kr + d / 4);
+		else
+			r.k = *reinterpret_cast<const uint4 *>(kr + 2 * d);
+		if ((uint32_t)tok < sq.v_quant_len) {
+			const uint16_t *vm = reinterpret_cast<const uint16_t *>(
+				raw + RAW_VM + 16 * t);
+
+			r.v.x = *reinterpret_cast<const uint16_t *>(vr + d / 4);
+			r.v.y = vm[d / p.G] | (uint32_t)vm[4 + d / p.G] << 16;
+		} else {
+			r.v = *reinterpret_cast<const uint4 *>(vr + 2 * d);
+		}
+		raw_decode(p, sq, tok, d, r, km, kx, vx);
+		store8(kt + t * pitch + d, kx);
+		store8(vt + t * pitch + d, vx);
+	}
+	__syncthreads();
+}
+
 /*
  * A thread's first U items of a chunk and its word of the chunk's Key
  * metadata (threads 0 .. D/4-1: origins, then steps), loaded one chunk
@@ -463,17 +615,6 @@ static __device__ __forceinline__ void raw_issue(const attn_params &p,
 			raw_load(p, sq, pg, b, h, c0 + i / per_tok,
 				 i % per_tok * 8, r[u]);
 	}
-}
-
-/* Eight floats to a 16-byte aligned row of shared memory, as two 16-byte
- * stores (as scalars, the stores of a warp's 8-float items, 32 bytes apart,
- * met four to a bank) */
-static __device__ __forceinline__ void store8(float *dst, const float x[8])
-{
-	float4 *d4 = reinterpret_cast<float4 *>(dst);
-
-	d4[0] = make_float4(x[0], x[1], x[2], x[3]);
-	d4[1] = make_float4(x[4], x[5], x[6], x[7]);
 }
 
 /* Decodes items [@base, @base + U * blockDim.x) of the chunk at @c0 into
@@ -590,7 +731,9 @@ static __device__ __forceinline__ void va_fma(float4 &a, float w,
 	a.w = fmaf(w, v.w, a.w);
 }
 
-template <int U>
+/* U: items in flight a thread (the register path); CP: the fast build's
+ * whole-chunk copies (raw_copy) where the rows allow them */
+template <int U, bool CP>
 static __device__ __forceinline__ void generic_cta(const attn_params &p,
 						   int split, int h, int sub,
 						   int b, float *smem)
@@ -617,7 +760,8 @@ static __device__ __forceinline__ void generic_cta(const attn_params &p,
 	const int vc = tid % qd, vs = tid / qd;
 	float4 va[HPC];
 	int32_t *pg_s = reinterpret_cast<int32_t *>(km + 2 * D);
-	const bool raw = gen_raw_ok(p);
+	const bool raw = gen_raw_ok(p), cp = CP && raw;
+	uint8_t *rawb = reinterpret_cast<uint8_t *>(pg_s + GEN_PAGES);
 	const uint32_t hist = max(sq.k_quant_len, sq.v_quant_len);
 	const int page0 = t0 / p.S;
 	/* a chunk's page (null when it is all residual): the first chunk's
@@ -652,7 +796,10 @@ static __device__ __forceinline__ void generic_cta(const attn_params &p,
 			   0;
 	raw_ahead<U> ah;
 
-	if (raw)
+	if (cp)
+		raw_copy(p, sq, chunk_page(t0), b, h, t0,
+			 max(0, min(gch, t1 - t0)), rawb);
+	else if (raw)
 		raw_prefetch<U>(p, sq, chunk_page(t0), b, h, t0,
 				max(0, min(gch, t1 - t0)), ah);
 	if (tid < GEN_PAGES)
@@ -678,7 +825,18 @@ static __device__ __forceinline__ void generic_cta(const attn_params &p,
 		/* 8 channels per item, U items per thread in flight */
 		const int per_tok = D / 8, items = n * per_tok;
 
-		if (raw) {
+		if (cp) {
+			const int c1 = c0 + gch;
+
+			raw_unpack(p, sq, c0, n, rawb, km, kt, vt, pitch);
+			if (c0 == t0 && !p.hyb_tps)
+				TRACE(3);       /* first chunk staged */
+			/* the next chunk's copies fly while this one is
+			 * computed */
+			if (c1 < t1)
+				raw_copy(p, sq, chunk_page(c1), b, h, c1,
+					 min(gch, t1 - c1), rawb);
+		} else if (raw) {
 			const int c1 = c0 + gch;
 
 			raw_chunk<U>(p, sq, chunk_page(c0), b, h, c0, n, ah,
@@ -836,26 +994,6 @@ static __device__ __forceinline__ void generic_cta(const attn_params &p,
 
 /* ---- fast path: tensor cores over whole history tiles ---------------- */
 
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src)
-{
-	uint32_t s = (uint32_t)__cvta_generic_to_shared(dst);
-
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
-		     :: "r"(s), "l"(src));
-}
-
-static __device__ __forceinline__ void cp_commit(void)
-{
-	asm volatile("cp.async.commit_group;\n" ::);
-}
-
-template <int N>
-static __device__ __forceinline__ void cp_wait(void)
-{
-	asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
-}
-
-/* D = A * B + D, m16n8k16, fp16 operands, fp32 accumulators. */
 static __device__ __forceinline__ void mma16816(float c[4], uint32_t a0,
 						uint32_t a1, uint32_t a2,
 						uint32_t a3, uint32_t b0,
@@ -1596,7 +1734,7 @@ attn_kernel(const attn_params p)
 			g.bits = 2;
 			g.meta = KVS_DTYPE_F16;
 		}
-		generic_cta<MIN_CTAS >= 4 ? 2 : 4>(g, split, h, sub, b,
+		generic_cta<MIN_CTAS >= 4 ? 2 : 4, FAST>(g, split, h, sub, b,
 			    reinterpret_cast<float *>(smem));
 		TRACE(1);
 		if (!FAST || !p.hyb_tps)
@@ -1837,13 +1975,23 @@ static size_t fast_smem(int tps, int span)
 	       sizeof(int32_t) * (tps * TILE / span + 2);
 }
 
+/* @fast: the fast build's generic CTA, which also holds a chunk's bytes
+ * (raw_copy) */
+static size_t generic_smem(int D, bool fast)
+{
+	return ((size_t)gen_rows(D) + HPC * TILE + 3 * HPC + 2 * D +
+		GEN_PAGES) * sizeof(float) + (fast ? RAW_BYTES : 0);
+}
+
 /* Fast CTAs that fit on the device at once. */
 static int resident_slots(int fast_ok, uint32_t flags)
 {
 	int variant;
 	attn_fn fn = pick_kernel(fast_ok, flags, 1, &variant);
+	const size_t smem = fast_smem(64, 32), gen = generic_smem(FAST_D,
+								  fast_ok);
 	int slots = kvs_cuda_resident_ctas((const void *)fn, WARPS * 32,
-					   fast_smem(64, 32));
+					   smem > gen ? smem : gen);
 
 	if (slots > 0)
 		return slots;
@@ -1858,21 +2006,27 @@ static int dtype_ok(int t)
 }
 
 /* A generic CTA's 32-token chunk costs about this many fast tiles of one
- * warp (H200, version 4: ~8 us against ~2 us); KVS_CUDA_GEN_COST in the
- * environment overrides it, for measuring. */
+ * warp (H200, version 4: ~8 us against ~2 us), its first chunk at least:
+ * the chunks after it are copied while the one before is computed
+ * (raw_copy, the fast build with 16-bit rows) and cost GEN_NEXT_COST.
+ * KVS_CUDA_GEN_COST and KVS_CUDA_GEN_COST_NEXT in the environment override
+ * them, for measuring. */
 #define GEN_CHUNK_COST 4
+#define GEN_NEXT_COST 3
 
-static double gen_chunk_cost(void)
+static double gen_chunk_cost(int next)
 {
-	static double cost = -1.0;
+	static double cost[2] = { -1.0, -1.0 };
 
-	if (cost < 0.0) {
-		const char *e = getenv("KVS_CUDA_GEN_COST");
+	if (cost[next] < 0.0) {
+		const char *e = getenv(next ? "KVS_CUDA_GEN_COST_NEXT" :
+					      "KVS_CUDA_GEN_COST");
 		const double x = e ? atof(e) : 0.0;
 
-		cost = x > 0.0 && x < 100.0 ? x : GEN_CHUNK_COST;
+		cost[next] = x > 0.0 && x < 100.0 ? x :
+			     next ? GEN_NEXT_COST : GEN_CHUNK_COST;
 	}
-	return cost;
+	return cost[next];
 }
 
 /* a generic CTA's share of the tiles costs its tiles per warp + this
@@ -1895,25 +2049,28 @@ struct split_plan {
  * with the fast CTAs (its second prologue counted as HYB_COST tiles); with
  * more waves the block scheduler fills a freed slot anyway, and holding it
  * measured slower.  @force: a share of at least one tile per warp in any
- * case, for tests.  The last answer is kept per thread: decode steps
+ * case, for tests.  @ahead: a generic CTA copies each chunk after its first
+ * while it computes the one before (GEN_NEXT_COST).  The last answer is
+ * kept per thread: decode steps
  * repeat shapes.
  */
 static void plan_split(int units, int slots, int tiles, int chunks,
-		       int force, struct split_plan *out)
+		       int force, int ahead, struct split_plan *out)
 {
-	static thread_local int key[5];
+	static thread_local int key[6];
 	static thread_local struct split_plan ans;
 	const int cap = (tiles + WARPS - 1) / WARPS;
 	double best = 1e30;
 
 	if (key[0] == units && key[1] == slots && key[2] == tiles &&
-	    key[3] == chunks && key[4] == force + 1) {
+	    key[3] == chunks && key[4] == force + 1 && key[5] == ahead) {
 		*out = ans;
 		return;
 	}
 	*out = (struct split_plan){ 1, 1, tiles, 0 };
 	for (int g = 1; g <= chunks; g++) {
-		const double t_g = gen_chunk_cost() * ((chunks + g - 1) / g) + 1;
+		const double t_g = gen_chunk_cost(0) + gen_chunk_cost(ahead) *
+				   ((chunks + g - 1) / g - 1) + 1;
 
 		for (int f = 1; f <= cap && f <= 4 * slots; f++) {
 			const double waves = (units * (f + g) + slots - 1) /
@@ -1952,6 +2109,7 @@ static void plan_split(int units, int slots, int tiles, int chunks,
 	key[2] = tiles;
 	key[3] = chunks;
 	key[4] = force + 1;
+	key[5] = ahead;
 	ans = *out;
 }
 
@@ -2008,7 +2166,9 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 
 	if (max_tiles > 0)
 		plan_split(units, slots, max_tiles, chunks,
-			   (a->flags & KVS_CUDA_ATTN_HYBRID) != 0, &sp);
+			   (a->flags & KVS_CUDA_ATTN_HYBRID) != 0,
+			   a->dtype != KVS_DTYPE_F32 && s->span % TILE == 0,
+			   &sp);
 	n_gen = max_tiles > 0 ? sp.n_gen : (2 * slots + units - 1) / units;
 	n_gen = n_gen < 1 ? 1 : (n_gen > chunks ? chunks : n_gen);
 	p->gen_chunk = TILE;
@@ -2048,12 +2208,6 @@ uint64_t kvs_cuda_attn_workspace(const struct kvs_cuda_attn *a)
 		return 0;
 	return (uint64_t)p.B * p.Hq * p.n_slots * ws_pitch(p.D) *
 	       sizeof(float);
-}
-
-static size_t generic_smem(int D)
-{
-	return ((size_t)gen_rows(D) + HPC * TILE + 3 * HPC + 2 * D +
-		GEN_PAGES) * sizeof(float);
 }
 
 /*
@@ -2115,7 +2269,7 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 #endif
 
 	const int sub = p.fast_ok ? subnormal_ok(stream, a->flags) : 0;
-	size_t smem = generic_smem(p.D);
+	size_t smem = generic_smem(p.D, p.fast_ok);
 	size_t fast = fast_smem(max(p.fast_tps, p.hyb_tps), p.S);
 	if (p.fast_ok && fast > smem)
 		smem = fast;
