@@ -31,8 +31,9 @@
  * Generic CTAs handle everything else (the residual tail, partial tiles,
  * other formats): they stage 32 tokens of K and V as fp32 in shared memory,
  * taking each token from its page or its residual by the Key and the Value
- * boundary separately; the next chunk's loads are in flight while a chunk
- * is computed, and its page index comes from a copy staged once per CTA.
+ * boundary separately; the next chunk is in flight while a chunk is
+ * computed (in the fast build copied whole into shared memory, raw_copy),
+ * and its page index comes from a copy staged once per CTA.
  * Both kinds of CTA issue their prologue's global loads (query, page
  * indices, sequence) together, before any of them is used.
  */
