@@ -468,7 +468,21 @@ static __device__ __forceinline__ void cp_wait(void)
 	asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
 }
 
-/* D = A * B + D, m16n8k16, fp16 operands, fp32 accumulators. */
+/* Thread @tid (< 2 D / 8) stages its 8 Key metadata elements @m (origins,
+ * then steps) of a history chunk at @c0 as floats in @km; then a barrier. */
+static __device__ __forceinline__ void km_stage(const attn_params &p,
+						const kvs_cuda_seq &sq, int c0,
+						const uint4 &m, float *km)
+{
+	const int tid = threadIdx.x;
+
+	if ((uint32_t)c0 < sq.k_quant_len && tid < p.D / 4)
+#pragma unroll
+		for (int k = 0; k < 8; k++)
+			km[tid * 8 + k] = elem16(p.meta, m, k);
+	__syncthreads();
+}
+
 /*
  * The fast build's generic CTA copies a whole chunk's bytes as they are
  * (cp.async) into one buffer of shared memory, one chunk ahead: per token a
@@ -547,15 +561,9 @@ static __device__ __forceinline__ void raw_unpack(const attn_params &p,
 
 	cp_wait<0>();
 	__syncthreads();
-	if ((uint32_t)c0 < sq.k_quant_len && tid < 32) {
-		const uint4 m = *reinterpret_cast<const uint4 *>(
-			raw + RAW_KM + 16 * tid);
-
-#pragma unroll
-		for (int k = 0; k < 8; k++)
-			km[tid * 8 + k] = elem16(p.meta, m, k);
-	}
-	__syncthreads();
+	km_stage(p, sq, c0, tid < 32 ? *reinterpret_cast<const uint4 *>(
+				 raw + RAW_KM + 16 * tid) : make_uint4(0, 0, 0, 0),
+		 km);
 	for (int i = tid; i < n * 16; i += WARPS * 32) {
 		const int t = i >> 4, d = (i & 15) * 8, tok = c0 + t;
 		const uint8_t *kr = raw + t * RAW_ROW, *vr = kr + TILE * RAW_ROW;
@@ -563,14 +571,14 @@ static __device__ __forceinline__ void raw_unpack(const attn_params &p,
 		float kx[8], vx[8];
 
 		if ((uint32_t)tok < sq.k_quant_len)
-			r.k.x = *reinterpret_cast<const uint16_t *>(kr + d / 4);
+			r.k.x = codes8(kr, d, p.bits);
 		else
 			r.k = *reinterpret_cast<const uint4 *>(kr + 2 * d);
 		if ((uint32_t)tok < sq.v_quant_len) {
 			const uint16_t *vm = reinterpret_cast<const uint16_t *>(
 				raw + RAW_VM + 16 * t);
 
-			r.v.x = *reinterpret_cast<const uint16_t *>(vr + d / 4);
+			r.v.x = codes8(vr, d, p.bits);
 			r.v.y = vm[d / p.G] | (uint32_t)vm[4 + d / p.G] << 16;
 		} else {
 			r.v = *reinterpret_cast<const uint4 *>(vr + 2 * d);
@@ -682,14 +690,9 @@ static __device__ __forceinline__ void raw_chunk(const attn_params &p,
 						 float *kt, float *vt,
 						 float *km, int pitch)
 {
-	const int D = p.D, tid = threadIdx.x, per_tok = D / 8;
-	const int items = n * per_tok;
+	const int items = n * (p.D / 8);
 
-	if ((uint32_t)c0 < sq.k_quant_len && tid < 2 * per_tok)
-#pragma unroll
-		for (int k = 0; k < 8; k++)
-			km[tid * 8 + k] = elem16(p.meta, a.meta, k);
-	__syncthreads();
+	km_stage(p, sq, c0, a.meta, km);
 	raw_store<U>(p, sq, c0, n, 0, a.r, km, kt, vt, pitch);
 	for (int base = U * blockDim.x; base < items;
 	     base += U * blockDim.x) {
@@ -826,9 +829,9 @@ static __device__ __forceinline__ void generic_cta(const attn_params &p,
 		/* 8 channels per item, U items per thread in flight */
 		const int per_tok = D / 8, items = n * per_tok;
 
-		if (cp) {
-			const int c1 = c0 + gch;
+		const int c1 = c0 + gch;
 
+		if (cp) {
 			raw_unpack(p, sq, c0, n, rawb, km, kt, vt, pitch);
 			if (c0 == t0 && !p.hyb_tps)
 				TRACE(3);       /* first chunk staged */
@@ -838,8 +841,6 @@ static __device__ __forceinline__ void generic_cta(const attn_params &p,
 				raw_copy(p, sq, chunk_page(c1), b, h, c1,
 					 min(gch, t1 - c1), rawb);
 		} else if (raw) {
-			const int c1 = c0 + gch;
-
 			raw_chunk<U>(p, sq, chunk_page(c0), b, h, c0, n, ah,
 				     kt, vt, km, pitch);
 			if (c0 == t0 && !p.hyb_tps)
@@ -995,6 +996,7 @@ static __device__ __forceinline__ void generic_cta(const attn_params &p,
 
 /* ---- fast path: tensor cores over whole history tiles ---------------- */
 
+/* D = A * B + D, m16n8k16, fp16 operands, fp32 accumulators. */
 static __device__ __forceinline__ void mma16816(float c[4], uint32_t a0,
 						uint32_t a1, uint32_t a2,
 						uint32_t a3, uint32_t b0,
