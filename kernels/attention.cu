@@ -92,6 +92,8 @@ struct attn_params {
 	int hyb_tps;            /* tiles a generic split takes after its
 				   tokens (from n_fast * fast_tps on), or 0 */
 	int fast_ok;
+	int pieces;             /* the tail as pieces in the fast CTAs
+				   (fp16 residuals), no generic CTAs */
 #ifdef KVS_ATTN_TRACE
 	int tr;                 /* trace slot of this call */
 #endif
@@ -1447,6 +1449,308 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 	__syncwarp();
 }
 
+/* ---- the residual tail as 8-token pieces on the tensor cores ---------- */
+
+/*
+ * Where the tokens past the last whole history tile go when the residual
+ * rows are fp16 (p.pieces): 8-token pieces, each done by one warp of a fast
+ * CTA before its tiles, with the tile's operand layouts, into the warp's
+ * own state (so no generic CTA and no extra partial).  A piece's Key comes
+ * from the codes below k_quant_len and from the residual rows above it,
+ * its Value per token from the codes below v_quant_len and from the FIFO
+ * above; both parts are computed where present and the token's own is
+ * selected.  Layout in the warp's stage area (both stages, free before
+ * the ring starts): Key codes rows (32 B a token) at PK_C, the group's Key
+ * origins and steps where a tile has them (T_KO, T_KS, for key_operand),
+ * Value codes rows at PV_C, Value origins and steps (8 B a token) at PV_O
+ * and PV_S, Key and Value residual rows (256 B a token) at PK_R and PV_R.
+ */
+#define PIECE 8
+#define PK_C 0
+#define PV_C 256
+#define PV_O 512
+#define PV_S 576
+#define PK_R 1536
+#define PV_R 3584
+
+struct piece_at {
+	int t0, n;              /* first token, tokens (1 .. PIECE) */
+	int krel, vrel;         /* tokens with Key / Value codes */
+};
+
+static __device__ __forceinline__ piece_at piece_of(const kvs_cuda_seq &sq,
+						    int fe, int i)
+{
+	piece_at a;
+	const int T = (int)(sq.k_quant_len + sq.k_resid_len);
+
+	a.t0 = fe + PIECE * i;
+	a.n = min(PIECE, T - a.t0);
+	a.krel = max(0, min(PIECE, (int)sq.k_quant_len - a.t0));
+	a.vrel = max(0, min(PIECE, (int)sq.v_quant_len - a.t0));
+	return a;
+}
+
+/* Issues the copies of piece @a into the warp's stage area @ws and waits
+ * for them. */
+static __device__ __forceinline__ void piece_load(const attn_params &p,
+						  const kvs_cuda_seq &sq,
+						  const piece_at &a, int b,
+						  int h, uint8_t *ws,
+						  int lane)
+{
+	if (a.krel > 0 || a.vrel > 0) {
+		/* a piece never crosses a page or a Key group */
+		const uint8_t *pg = page_of(p, b, a.t0);
+		const int tt = a.t0 % p.S, j = lane & 15;
+
+		if (lane < 16 ? a.krel > 0 : a.vrel > 0)
+			cp_async16(ws + (lane < 16 ? PK_C : PV_C) + 16 * j, pg +
+				   p.lay.off[lane < 16 ? KVS_SEC_KEY_CODES :
+						 KVS_SEC_VAL_CODES] +
+				   code_row(p, h, tt + j / 2) + 16 * (j & 1));
+		if (a.krel > 0)
+			cp_async16(ws + T_KO + (lane >= 16 ? T_KS - T_KO : 0) +
+				   stage_chunk(j), pg +
+				   p.lay.off[lane >= 16 ? KVS_SEC_KEY_STEP :
+						 KVS_SEC_KEY_ORIGIN] +
+				   2 * k_meta_at(p, h, tt, 8 * j));
+		if (a.vrel > 0 && lane < 8)
+			cp_async16(ws + (lane < 4 ? PV_O : PV_S) +
+				   16 * (lane & 3), pg +
+				   p.lay.off[lane < 4 ? KVS_SEC_VAL_ORIGIN :
+						 KVS_SEC_VAL_STEP] +
+				   2 * v_meta_row(p, h, tt) + 16 * (lane & 3));
+	}
+	/* residual rows: 16 pieces of 16 bytes a token */
+#pragma unroll
+	for (int m = 0; m < PIECE * 16 / 32; m++) {
+		const int c = lane + 32 * m, t = c >> 4, j = c & 15;
+
+		if (t >= a.krel && t < a.n)
+			cp_async16(ws + PK_R + 256 * t + 16 * j,
+				   (const uint16_t *)p.k_resid +
+				   k_resid_at(p, sq, b, h, a.t0 + t, 8 * j));
+		if (t >= a.vrel && t < a.n)
+			cp_async16(ws + PV_R + 256 * t + 16 * j,
+				   (const uint16_t *)p.v_resid +
+				   v_resid_at(p, sq, b, h, a.t0 + t, 8 * j));
+	}
+	cp_commit();
+	cp_wait<0>();
+	__syncwarp();
+}
+
+/* fp16 pair (lo, hi) of x0, x1 */
+static __device__ __forceinline__ uint32_t h2pack(float x0, float x1)
+{
+	const __half2 h = __floats2half2_rn(x0, x1);
+
+	return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+/* One piece from the stage area @ws into the warp's state: logits, online
+ * softmax, Value update, as fast_tile() does for a tile. */
+template <bool SUB, bool QSH>
+static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
+						  const piece_at &a,
+						  const key_query &kq,
+						  const float *qk_s,
+						  uint8_t *scratch, float *p_s,
+						  fast_state &st, int lane)
+{
+	const int gi = lane >> 2, ti = lane & 3;
+	float lc = -INFINITY, lf = -INFINITY;
+
+	if (a.krel > 0) {
+		/* Key codes: the tile's B operand, M-block rows gi only */
+		uint32_t qh[8], ql[8];
+
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const uint4 t = QSH ? kq.qsh[i] : kq.qp[i];
+
+			qh[2 * i] = t.x; qh[2 * i + 1] = t.y;
+			ql[2 * i] = t.z; ql[2 * i + 1] = t.w;
+		}
+		const float a_h = key_operand(ws, kq.q, qh, ql, scratch, lane);
+		const float a_j = __shfl_sync(0xffffffffu, a_h, 8 * ti);
+		__syncwarp();
+		const uint8_t *brow = scratch + (lane & 7) * KB_PITCH +
+				      16 * (lane >> 3);
+		const uint2 x = *reinterpret_cast<const uint2 *>(
+			ws + PK_C + gi * 32 + 8 * ti);
+		float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+
+#pragma unroll
+		for (int pr = 0; pr < 4; pr++) {
+			uint32_t bm[4];
+
+			ldsm4<false>(bm, brow + 64 * pr);
+#pragma unroll
+			for (int hs = 0; hs < 2; hs++) {
+				const int s = 2 * pr + hs;
+
+				mma16816(c, code_pair<SUB>(x.x, x.x >> 8, s), 0u,
+					 code_pair<SUB>(x.y, x.y >> 8, s), 0u,
+					 bm[2 * hs], bm[2 * hs + 1]);
+			}
+		}
+		lc = fmaf(c[0] + c[1], kq.ls, a_j);
+	}
+	if (a.n > a.krel) {
+		/* Key rows: A from the fp16 rows, B the query q' = q 2^-ex
+		 * of head gi / 2 in fp16 hi (gi even) or lo (gi odd), in
+		 * channel order; the logit scale 2^ex */
+		const float lsh = __shfl_sync(0xffffffffu, kq.ls, gi >> 1);
+		const float qs = (SUB ? pow2(24) : 1.0f) / lsh;
+		const float *qrow = qk_s + (gi >> 1) * 8 * 20;
+		float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+
+#pragma unroll
+		for (int kb = 0; kb < 8; kb++) {
+			const float2 q0 = *reinterpret_cast<const float2 *>(
+				qrow + kb * 20 + 2 * ti);
+			const float2 q1 = *reinterpret_cast<const float2 *>(
+				qrow + kb * 20 + 8 + 2 * ti);
+			const float y0 = q0.x * qs, y1 = q0.y * qs;
+			const float y2 = q1.x * qs, y3 = q1.y * qs;
+			uint32_t b0 = h2pack(y0, y1), b1 = h2pack(y2, y3);
+
+			if (gi & 1) {
+				const float2 h0 = h2f(b0), h1 = h2f(b1);
+
+				b0 = h2pack(y0 - h0.x, y1 - h0.y);
+				b1 = h2pack(y2 - h1.x, y3 - h1.y);
+			}
+			const uint8_t *kr = ws + PK_R + 256 * gi + 32 * kb +
+					    4 * ti;
+
+			mma16816(c, *reinterpret_cast<const uint32_t *>(kr), 0u,
+				 *reinterpret_cast<const uint32_t *>(kr + 16),
+				 0u, b0, b1);
+		}
+		lf = (c[0] + c[1]) * (kq.ls * (SUB ? pow2(-24) : 1.0f));
+	}
+	const float logit = gi < a.krel ? lc : gi < a.n ? lf : -INFINITY;
+
+	/* online softmax, as fast_tile() */
+	float tmax = logit;
+
+	if (__any_sync(0xffffffffu, tmax > st.m)) {
+		tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 4));
+		tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 8));
+		tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 16));
+		const float m_new = tmax > st.m ? tmax + LAZY_HEADROOM : st.m;
+		const float alpha = exp2_tile(st.m - m_new);
+
+		st.l *= alpha;
+		st.m = m_new;
+#pragma unroll
+		for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				st.acc[nt][e] *= alpha;
+#pragma unroll
+		for (int g = 0; g < 4; g++)
+			st.so[g] *= alpha;
+	}
+	const float pr = gi < a.n ? exp2_tile(logit - st.m) : 0.0f;
+
+	st.l += pr;
+	p_s[ti * P_PITCH + gi] = pr;
+	if (gi < a.vrel) {
+		const uint2 ow = *reinterpret_cast<const uint2 *>(
+			ws + PV_O + 8 * gi);
+		const float2 o01 = h2f(ow.x), o23 = h2f(ow.y);
+
+		st.so[0] = fmaf(pr, o01.x, st.so[0]);
+		st.so[1] = fmaf(pr, o01.y, st.so[1]);
+		st.so[2] = fmaf(pr, o23.x, st.so[2]);
+		st.so[3] = fmaf(pr, o23.y, st.so[3]);
+	}
+	__syncwarp();
+	/* B: p of head gi / 2 for tokens 2 ti, 2 ti + 1 (tokens 8 .. 15 of
+	 * the MMA's K are empty: a2, a3 and b1 zero) */
+	const float2 pp = *reinterpret_cast<const float2 *>(
+		p_s + (gi >> 1) * P_PITCH + 2 * ti);
+	const int t0 = 2 * ti, t1 = 2 * ti + 1;
+
+	if (a.vrel > 0) {
+		/* Value codes, as value_update(): unit gi of half hf of tokens
+		 * t0, t1; their steps zeroed past v_quant_len */
+		const uint32_t sel = (gi & 1) ? 0x7632u : 0x5410u;
+		uint4 s4 = *reinterpret_cast<const uint4 *>(ws + PV_S +
+							    8 * t0);
+
+		if (t0 >= a.vrel)
+			s4.x = s4.y = 0u;
+		if (t1 >= a.vrel)
+			s4.z = s4.w = 0u;
+		const uint32_t sp[2] = { __byte_perm(s4.x, s4.z, sel),
+					 __byte_perm(s4.y, s4.w, sel) };
+		const __half2 p2 = __floats2half2_rn(pp.x, pp.y);
+
+#pragma unroll
+		for (int hf = 0; hf < 2; hf++) {
+			const uint32_t u0 = *reinterpret_cast<const uint16_t *>(
+				ws + PV_C + 32 * t0 + 16 * hf + 2 * gi);
+			const uint32_t u1 = *reinterpret_cast<const uint16_t *>(
+				ws + PV_C + 32 * t1 + 16 * hf + 2 * gi);
+			const uint32_t r = u0 | u1 << 16, r8 = r >> 8;
+			const __half2 bb = __hmul2(p2,
+				*reinterpret_cast<const __half2 *>(&sp[hf]));
+			const uint32_t bs = *reinterpret_cast<const uint32_t *>(
+				&bb);
+
+#pragma unroll
+			for (int k = 0; k < 4; k++)
+				mma16816(st.acc[4 * hf + k],
+					 code_pair<SUB>(r, r8, k),
+					 code_pair<SUB>(r, r8, k + 4), 0u, 0u,
+					 bs, 0u);
+		}
+	}
+	if (a.n > a.vrel) {
+		/* Value rows: A rows as the codes' (channel 64 hf + 8 gi + k,
+		 * + 4), B = p; into a zeroed product first, added under the
+		 * accumulators' scale 4^k 2^-24 (SUB) */
+		const bool v0 = t0 >= a.vrel && t0 < a.n;
+		const bool v1 = t1 >= a.vrel && t1 < a.n;
+		const uint32_t b0 = h2pack(pp.x, pp.y);
+		const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+
+#pragma unroll
+		for (int hf = 0; hf < 2; hf++) {
+			const uint4 x0 = v0 ? *reinterpret_cast<const uint4 *>(
+				ws + PV_R + 256 * t0 + 128 * hf + 16 * gi) : z;
+			const uint4 x1 = v1 ? *reinterpret_cast<const uint4 *>(
+				ws + PV_R + 256 * t1 + 128 * hf + 16 * gi) : z;
+			const uint32_t w0[4] = { x0.x, x0.y, x0.z, x0.w };
+			const uint32_t w1[4] = { x1.x, x1.y, x1.z, x1.w };
+
+#pragma unroll
+			for (int k = 0; k < 4; k++) {
+				const uint32_t sel = (k & 1) ? 0x7632u :
+							       0x5410u;
+				float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+				const float sc = SUB ? pow2(2 * k - 24) : 1.0f;
+
+				mma16816(c, __byte_perm(w0[k >> 1], w1[k >> 1],
+							sel),
+					 __byte_perm(w0[2 + (k >> 1)],
+						     w1[2 + (k >> 1)], sel),
+					 0u, 0u, b0, 0u);
+#pragma unroll
+				for (int e = 0; e < 4; e++)
+					st.acc[4 * hf + k][e] = fmaf(c[e], sc,
+						st.acc[4 * hf + k][e]);
+			}
+		}
+	}
+	__syncwarp();
+}
+
 /*
  * The fast path over tiles [@tb, @tb + @tps) of a unit (those its sequence
  * has; warp w takes every fourth from tb + w): one partial per query head
@@ -1525,14 +1829,28 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 	for (int s = 0; s < STAGES; s++)
 		stage[s] = wsm + s * TILE_BYTES;
 	cursor_init(cur, p, h, first, page0, lane);
-#pragma unroll
-	for (int s = 0; s < STAGES - 1; s++) {
-		if (s < mine) {
-			issue_tile(p, cur, pages, stage[s]);
-			cursor_next(cur, p);
-		}
-		cp_commit();
+	/* the tail's first token and piece count wait for the end in the
+	 * padding of p_s's first row, not in registers across the loop */
+	if (p.pieces && lane == 0) {
+		const int fe = fast_end(p, sq);
+
+		reinterpret_cast<int *>(p_s)[TILE] = fe;
+		reinterpret_cast<int *>(p_s)[TILE + 1] =
+			((int)(sq.k_quant_len + sq.k_resid_len) - fe +
+			 PIECE - 1) / PIECE;
 	}
+	auto ring_start = [&]() {
+#pragma unroll
+		for (int s = 0; s < STAGES - 1; s++) {
+			if (s < mine) {
+				issue_tile(p, cur, pages, stage[s]);
+				cursor_next(cur, p);
+			}
+			cp_commit();
+		}
+	};
+
+	ring_start();
 	/* lane (h, w)'s 16 query channels 16w .. 16w+15 of head h, kept in
 	 * registers for every tile (key_operand); q' = q 2^(e - 2k (SUB)),
 	 * k = d % 4, in [-1, 1] for the head's largest |q| = f 2^-e */
@@ -1609,6 +1927,22 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		stage[STAGES - 1] = done;
 	}
 	cp_wait<0>();
+	/* then the residual tail's pieces this warp takes (p.pieces): i =
+	 * split + n w + 4 n r, in the stage area */
+	if (p.pieces) {
+		__syncwarp();
+		const int fe = reinterpret_cast<const int *>(p_s)[TILE];
+		const int np = reinterpret_cast<const int *>(p_s)[TILE + 1];
+
+		for (int i = slot + p.n_fast * warp; i < np;
+		     i += WARPS * p.n_fast) {
+			const piece_at a = piece_of(sq, fe, i);
+
+			piece_load(p, sq, a, b, h, wsm, lane);
+			piece_tile<SUB, QSH>(wsm, a, kq, qk_s, scratch, p_s,
+					     st, lane);
+		}
+	}
 	TRACE(5);
 
 	/* per-warp results: the sum and the origin sums of head ti over the
@@ -2116,6 +2450,20 @@ static void plan_split(int units, int slots, int tiles, int chunks,
 	ans = *out;
 }
 
+/* KVS_CUDA_ATTN_NO_PIECES: the residual tail in generic CTAs even where
+ * the pieces apply (for measuring one against the other) */
+static int no_pieces(void)
+{
+	static int v = -1;
+
+	if (v < 0) {
+		const char *e = getenv("KVS_CUDA_ATTN_NO_PIECES");
+
+		v = e && *e && *e != '0';
+	}
+	return v;
+}
+
 /* Fills everything but pointers' validity; 0 or -KVS_EPARAM. */
 static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 {
@@ -2166,6 +2514,27 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 	if (chunks < 1)
 		chunks = 1;
 	struct split_plan sp = { 0, 0, 1, 0 };
+
+	p->pieces = p->fast_ok && a->dtype == KVS_DTYPE_F16 && !no_pieces();
+	if (p->pieces) {
+		/* every CTA a fast one with an equal share of the tiles, the
+		 * tail's pieces spread over their warps (fast_cta): one wave
+		 * where the units fit, at most a tile or piece a warp more */
+		const int np = (int)((gen_total + PIECE - 1) / PIECE);
+		const int most = (max_tiles + np + WARPS - 1) / WARPS;
+		int n = units >= slots ? 1 : slots / units;
+
+		n = n > most ? most : n;
+		n = n < 1 ? 1 : n;
+		p->fast_tps = max_tiles > 0 ? (max_tiles + n - 1) / n : 0;
+		p->n_fast = max_tiles > 0 ?
+			    (max_tiles + p->fast_tps - 1) / p->fast_tps : n;
+		p->n_gen = 0;
+		p->hyb_tps = 0;
+		p->gen_tps = p->gen_chunk = TILE;
+		p->n_slots = p->n_fast;
+		return 0;
+	}
 
 	if (max_tiles > 0)
 		plan_split(units, slots, max_tiles, chunks,
