@@ -92,8 +92,11 @@ struct attn_params {
 	int hyb_tps;            /* tiles a generic split takes after its
 				   tokens (from n_fast * fast_tps on), or 0 */
 	int fast_ok;
-	int pieces;             /* the tail as pieces in the fast CTAs
-				   (fp16 residuals), no generic CTAs */
+	int pieces;             /* the tail as pieces (fp16 residuals),
+				   no generic CTAs */
+	int n_pc;               /* CTAs per unit that take only pieces
+				   (after the fast ones), or 0: the fast
+				   CTAs' warps take them */
 #ifdef KVS_ATTN_TRACE
 	int tr;                 /* trace slot of this call */
 #endif
@@ -1934,8 +1937,12 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		const int fe = reinterpret_cast<const int *>(p_s)[TILE];
 		const int np = reinterpret_cast<const int *>(p_s)[TILE + 1];
 
-		for (int i = slot + p.n_fast * warp; i < np;
-		     i += WARPS * p.n_fast) {
+		/* piece i = s + n w + 4 n r of the n CTAs that take them */
+		const int pn = p.n_pc ? p.n_pc : p.n_fast;
+		const int ps = p.n_pc ? slot - p.n_fast : slot;
+
+		for (int i = ps < 0 ? np : ps + pn * warp; i < np;
+		     i += WARPS * pn) {
 			const piece_at a = piece_of(sq, fe, i);
 
 			piece_load(p, sq, a, b, h, wsm, lane);
@@ -2044,7 +2051,7 @@ attn_kernel(const attn_params p)
 {
 	extern __shared__ __align__(16) uint8_t smem[];
 	const int gen = p.n_gen * p.B * p.Hkv * p.nsub;
-	int idx = blockIdx.x, n = idx < gen ? p.n_gen : p.n_fast;
+	int idx = blockIdx.x, n = idx < gen ? p.n_gen : p.n_fast + p.n_pc;
 
 	if (idx >= gen)
 		idx -= gen;
@@ -2056,6 +2063,9 @@ attn_kernel(const attn_params p)
 	asm volatile("griddepcontrol.launch_dependents;\n");
 	TRACE(0);
 	int tb = split * p.fast_tps, tps = p.fast_tps, slot = split;
+
+	if ((int)blockIdx.x >= gen && split >= p.n_fast)
+		tb = tps = 0;   /* a piece CTA */
 
 	if (!FAST || (int)blockIdx.x < gen) {
 		/* the 4-CTA build keeps two raw items in flight, not four,
@@ -2450,6 +2460,61 @@ static void plan_split(int units, int slots, int tiles, int chunks,
 	ans = *out;
 }
 
+/* a piece costs a warp this many tiles (KVS_CUDA_PIECE_COST overrides):
+ * its round trips (page, rows) and its compute */
+#define PIECE_COST 3
+
+/*
+ * The plan with the tail as @np pieces a unit: every fast CTA an equal
+ * share of the @tiles, in one wave where the units fit; the pieces either
+ * on the fast CTAs' warps after their tiles, or, where the wave has room,
+ * on CTAs of their own (np / 4 a unit) beside fewer fast ones, whichever
+ * ends sooner in tile-times a warp (KVS_CUDA_PIECE_CTAS=0/1 forces one).
+ */
+static void piece_plan(int units, int slots, int tiles, int np,
+		       attn_params *p)
+{
+	static double cost = -1.0;
+	const char *force = getenv("KVS_CUDA_PIECE_CTAS");
+	const int npc = (np + WARPS - 1) / WARPS;
+	const int most = (tiles + np + WARPS - 1) / WARPS;
+	const int per = units >= slots ? 1 : slots / units;
+	int n = per > most ? most : per;
+
+	if (cost < 0.0) {
+		const char *e = getenv("KVS_CUDA_PIECE_COST");
+		const double x = e ? atof(e) : 0.0;
+
+		cost = x > 0.0 && x < 100.0 ? x : PIECE_COST;
+	}
+	n = n < 1 ? 1 : n;
+	/* on the fast warps: a warp's tiles, prologue and epilogue, and its
+	 * pieces after them */
+	const int tps_a = (tiles + n - 1) / n;
+	const double t_a = (tps_a + WARPS - 1) / WARPS + 2 +
+			   cost * ((np + WARPS * n - 1) / (WARPS * n));
+	double t_b = 1e30;
+	int tps_b = 0, nb = per - npc;
+
+	if (nb >= 1 && np > 0) {
+		tps_b = (tiles + nb - 1) / nb;
+		const double tf = (tps_b + WARPS - 1) / WARPS + 2;
+		const double tp = 2 + cost;
+
+		t_b = tf > tp ? tf : tp;
+	}
+	if (force ? atoi(force) > 0 && nb >= 1 && np > 0 : t_b < t_a) {
+		p->n_pc = npc;
+		p->fast_tps = tps_b;
+		n = nb;
+	} else {
+		p->n_pc = 0;
+		p->fast_tps = tps_a;
+	}
+	p->n_fast = tiles > 0 ? (tiles + p->fast_tps - 1) / p->fast_tps :
+		    (p->n_pc ? 0 : n);
+}
+
 /* KVS_CUDA_ATTN_NO_PIECES: the residual tail in generic CTAs even where
  * the pieces apply (for measuring one against the other) */
 static int no_pieces(void)
@@ -2516,23 +2581,14 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 	struct split_plan sp = { 0, 0, 1, 0 };
 
 	p->pieces = p->fast_ok && a->dtype == KVS_DTYPE_F16 && !no_pieces();
+	p->n_pc = 0;
 	if (p->pieces) {
-		/* every CTA a fast one with an equal share of the tiles, the
-		 * tail's pieces spread over their warps (fast_cta): one wave
-		 * where the units fit, at most a tile or piece a warp more */
-		const int np = (int)((gen_total + PIECE - 1) / PIECE);
-		const int most = (max_tiles + np + WARPS - 1) / WARPS;
-		int n = units >= slots ? 1 : slots / units;
-
-		n = n > most ? most : n;
-		n = n < 1 ? 1 : n;
-		p->fast_tps = max_tiles > 0 ? (max_tiles + n - 1) / n : 0;
-		p->n_fast = max_tiles > 0 ?
-			    (max_tiles + p->fast_tps - 1) / p->fast_tps : n;
+		piece_plan(units, slots, max_tiles,
+			   (int)((gen_total + PIECE - 1) / PIECE), p);
 		p->n_gen = 0;
 		p->hyb_tps = 0;
 		p->gen_tps = p->gen_chunk = TILE;
-		p->n_slots = p->n_fast;
+		p->n_slots = p->n_fast + p->n_pc;
 		return 0;
 	}
 
@@ -2645,7 +2701,7 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 	size_t fast = fast_smem(max(p.fast_tps, p.hyb_tps), p.S);
 	if (p.fast_ok && fast > smem)
 		smem = fast;
-	dim3 grid((p.n_fast + p.n_gen) * p.B * p.Hkv * p.nsub);
+	dim3 grid((p.n_fast + p.n_gen + p.n_pc) * p.B * p.Hkv * p.nsub);
 	kvs_log(KVS_LOG_DEBUG, "cuda attend: units %d, fast %d x %d tiles, "
 		"generic %d x (%d tokens + %d tiles), grid %u, subnormal "
 		"operands %d", p.B * p.Hkv * p.nsub, p.n_fast, p.fast_tps,
