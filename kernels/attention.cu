@@ -94,6 +94,8 @@ struct attn_params {
 	int fast_ok;
 	int pieces;             /* the tail as pieces (fp16 residuals),
 				   no generic CTAs */
+	int tail_tile;          /* a piece CTA stages the pages from this
+				   tile on (the planned tail's first) */
 	int n_pc;               /* CTAs per unit that take only pieces
 				   (after the fast ones), or 0: the fast
 				   CTAs' warps take them */
@@ -1469,12 +1471,24 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
  * and PV_S, Key and Value residual rows (256 B a token) at PK_R and PV_R.
  */
 #define PIECE 8
+/* the fast warps' pieces before their tiles (1) or after them (0) */
+#ifndef PIECE_FIRST
+#define PIECE_FIRST 0
+#endif
 #define PK_C 0
 #define PV_C 256
 #define PV_O 512
 #define PV_S 576
 #define PK_R 1536
 #define PV_R 3584
+
+/* what a warp's pieces need of its CTA: 8 words, kept in the padding of
+ * p_s's first row (P_PITCH - TILE floats) across the tiles; the staged
+ * page list's first page and length (at most 2047 of it) in one word */
+struct piece_ctx {
+	uint32_t kq, vq, kr, vstart;
+	int fe, np, pages, slot;
+};
 
 struct piece_at {
 	int t0, n;              /* first token, tokens (1 .. PIECE) */
@@ -1499,12 +1513,17 @@ static __device__ __forceinline__ piece_at piece_of(const kvs_cuda_seq &sq,
 static __device__ __forceinline__ void piece_load(const attn_params &p,
 						  const kvs_cuda_seq &sq,
 						  const piece_at &a, int b,
-						  int h, uint8_t *ws,
-						  int lane)
+						  int h, const int32_t *pages,
+						  int page0, int npages,
+						  uint8_t *ws, int lane)
 {
 	if (a.krel > 0 || a.vrel > 0) {
-		/* a piece never crosses a page or a Key group */
-		const uint8_t *pg = page_of(p, b, a.t0);
+		/* a piece never crosses a page or a Key group; its page from
+		 * the CTA's staged list where it is there */
+		const int pi = a.t0 / p.S - page0;
+		const uint8_t *pg = pi >= 0 && pi < npages ?
+			p.pool + (uint64_t)pages[pi] * p.page_stride :
+			page_of(p, b, a.t0);
 		const int tt = a.t0 % p.S, j = lane & 15;
 
 		if (lane < 16 ? a.krel > 0 : a.vrel > 0)
@@ -1761,7 +1780,8 @@ static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
  */
 template <bool SUB, bool QSH>
 static __device__ void fast_cta(const attn_params &p, int tb, int tps,
-				int slot, int h, int sub, int b, uint8_t *smem)
+				int slot, int h, int sub, int b, uint8_t *smem,
+				bool pc = false)
 {
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int gi = lane >> 2, ti = lane & 3;
@@ -1798,7 +1818,8 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 	const int tiles = fast_end(p, sq) / TILE;
 	const int te = min(tiles, tb + tps);
 	const int first = tb + warp;
-	const int mine = first < te ? (te - first + WARPS - 1) / WARPS : 0;
+	const int mine = first < te && !pc ?
+			 (te - first + WARPS - 1) / WARPS : 0;
 
 	if (tid < npages)
 		pages[tid] = pv;
@@ -1832,16 +1853,24 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 	for (int s = 0; s < STAGES; s++)
 		stage[s] = wsm + s * TILE_BYTES;
 	cursor_init(cur, p, h, first, page0, lane);
-	/* the tail's first token and piece count wait for the end in the
-	 * padding of p_s's first row, not in registers across the loop */
-	if (p.pieces && lane == 0) {
-		const int fe = fast_end(p, sq);
+	/* what the pieces need: after the tiles (not PIECE_FIRST) it
+	 * waits in the padding of p_s's rows, not in registers across the
+	 * loop */
+	piece_ctx pcx;
 
-		reinterpret_cast<int *>(p_s)[TILE] = fe;
-		reinterpret_cast<int *>(p_s)[TILE + 1] =
-			((int)(sq.k_quant_len + sq.k_resid_len) - fe +
-			 PIECE - 1) / PIECE;
-	}
+	pcx.kq = sq.k_quant_len;
+	pcx.vq = sq.v_quant_len;
+	pcx.kr = sq.k_resid_len;
+	pcx.vstart = sq.v_resid_start;
+	pcx.fe = fast_end(p, sq);
+	pcx.np = p.pieces ? ((int)(sq.k_quant_len + sq.k_resid_len) -
+			     pcx.fe + PIECE - 1) / PIECE : 0;
+	pcx.pages = page0 << 11 | min(max(npages, 0), 2047);
+	pcx.slot = slot;
+	piece_ctx *pcx_s = reinterpret_cast<piece_ctx *>(p_s + TILE);
+
+	if (p.pieces && !PIECE_FIRST && lane == 0)
+		*pcx_s = pcx;
 	auto ring_start = [&]() {
 #pragma unroll
 		for (int s = 0; s < STAGES - 1; s++) {
@@ -1852,8 +1881,32 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 			cp_commit();
 		}
 	};
+	/* piece i = s + n w + 4 n r of the n CTAs that take them, in the
+	 * stage area: before the tiles (PIECE_FIRST) or after them */
+	auto run_pieces = [&](const key_query &kq, const piece_ctx &c) {
+		const int pn = p.n_pc ? p.n_pc : p.n_fast;
+		const int ps = p.n_pc ? c.slot - p.n_fast : c.slot;
+		const int w = threadIdx.x >> 5;
 
-	ring_start();
+		kvs_cuda_seq cs;
+
+		cs.k_quant_len = c.kq;
+		cs.v_quant_len = c.vq;
+		cs.k_resid_len = c.kr;
+		cs.v_resid_start = c.vstart;
+		for (int i = ps < 0 ? c.np : ps + pn * w; i < c.np;
+		     i += WARPS * pn) {
+			const piece_at a = piece_of(cs, c.fe, i);
+
+			piece_load(p, cs, a, b, h, pages, c.pages >> 11,
+				   c.pages & 2047, wsm, lane);
+			piece_tile<SUB, QSH>(wsm, a, kq, qk_s, scratch, p_s,
+					     st, lane);
+		}
+	};
+
+	if (!PIECE_FIRST)
+		ring_start();
 	/* lane (h, w)'s 16 query channels 16w .. 16w+15 of head h, kept in
 	 * registers for every tile (key_operand); q' = q 2^(e - 2k (SUB)),
 	 * k = d % 4, in [-1, 1] for the head's largest |q| = f 2^-e */
@@ -1911,6 +1964,10 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		kq.ls = __shfl_sync(0xffffffffu, pow2((SUB ? 24 : 0) + ex),
 				    8 * ti);
 	}
+	if (PIECE_FIRST) {
+		run_pieces(kq, pcx);
+		ring_start();
+	}
 	for (int k = 0; k < mine; k++) {
 		if (k + STAGES - 1 < mine) {
 			issue_tile(p, cur, pages, stage[STAGES - 1]);
@@ -1932,23 +1989,11 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 	cp_wait<0>();
 	/* then the residual tail's pieces this warp takes (p.pieces): i =
 	 * split + n w + 4 n r, in the stage area */
-	if (p.pieces) {
+	if (p.pieces && !PIECE_FIRST) {
 		__syncwarp();
-		const int fe = reinterpret_cast<const int *>(p_s)[TILE];
-		const int np = reinterpret_cast<const int *>(p_s)[TILE + 1];
+		const piece_ctx c = *pcx_s;
 
-		/* piece i = s + n w + 4 n r of the n CTAs that take them */
-		const int pn = p.n_pc ? p.n_pc : p.n_fast;
-		const int ps = p.n_pc ? slot - p.n_fast : slot;
-
-		for (int i = ps < 0 ? np : ps + pn * warp; i < np;
-		     i += WARPS * pn) {
-			const piece_at a = piece_of(sq, fe, i);
-
-			piece_load(p, sq, a, b, h, wsm, lane);
-			piece_tile<SUB, QSH>(wsm, a, kq, qk_s, scratch, p_s,
-					     st, lane);
-		}
+		run_pieces(kq, c);
 	}
 	TRACE(5);
 
@@ -2064,8 +2109,13 @@ attn_kernel(const attn_params p)
 	TRACE(0);
 	int tb = split * p.fast_tps, tps = p.fast_tps, slot = split;
 
-	if ((int)blockIdx.x >= gen && split >= p.n_fast)
-		tb = tps = 0;   /* a piece CTA */
+	/* a piece CTA: no tiles, the planned tail's pages staged */
+	const bool pc = (int)blockIdx.x >= gen && split >= p.n_fast;
+
+	if (pc) {
+		tb = p.tail_tile;
+		tps = p.gen_tps / TILE + 1;
+	}
 
 	if (!FAST || (int)blockIdx.x < gen) {
 		/* the 4-CTA build keeps two raw items in flight, not four,
@@ -2093,7 +2143,7 @@ attn_kernel(const attn_params p)
 		tps = p.hyb_tps;
 		slot = p.n_fast + p.n_gen + split;
 	}
-	fast_cta<SUB, (MIN_CTAS >= 4)>(p, tb, tps, slot, h, sub, b, smem);
+	fast_cta<SUB, (MIN_CTAS >= 4)>(p, tb, tps, slot, h, sub, b, smem, pc);
 }
 
 /*
@@ -2496,6 +2546,12 @@ static void piece_plan(int units, int slots, int tiles, int np,
 	double t_b = 1e30;
 	int tps_b = 0, nb = per - npc;
 
+	/* at least a tile a warp */
+	nb = nb > (tiles + WARPS - 1) / WARPS ? (tiles + WARPS - 1) / WARPS :
+	     nb;
+	if (tiles == 0 && per > npc)
+		nb = 1;
+
 	if (nb >= 1 && np > 0) {
 		tps_b = (tiles + nb - 1) / nb;
 		const double tf = (tps_b + WARPS - 1) / WARPS + 2;
@@ -2587,7 +2643,11 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 			   (int)((gen_total + PIECE - 1) / PIECE), p);
 		p->n_gen = 0;
 		p->hyb_tps = 0;
-		p->gen_tps = p->gen_chunk = TILE;
+		p->gen_chunk = TILE;
+		/* the planned tail: its first tile and its tokens */
+		p->gen_tps = (int)((gen_total + TILE - 1) / TILE) * TILE;
+		p->tail_tile = max_tiles - p->gen_tps / TILE;
+		p->tail_tile = p->tail_tile < 0 ? 0 : p->tail_tile;
 		p->n_slots = p->n_fast + p->n_pc;
 		return 0;
 	}
@@ -2698,7 +2758,8 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 
 	const int sub = p.fast_ok ? subnormal_ok(stream, a->flags) : 0;
 	size_t smem = generic_smem(p.D, p.fast_ok);
-	size_t fast = fast_smem(max(p.fast_tps, p.hyb_tps), p.S);
+	size_t fast = fast_smem(max(max(p.fast_tps, p.hyb_tps),
+				    p.pieces ? p.gen_tps / TILE + 1 : 0), p.S);
 	if (p.fast_ok && fast > smem)
 		smem = fast;
 	dim3 grid((p.n_fast + p.n_gen + p.n_pc) * p.B * p.Hkv * p.nsub);
