@@ -92,13 +92,9 @@ struct attn_params {
 	int hyb_tps;            /* tiles a generic split takes after its
 				   tokens (from n_fast * fast_tps on), or 0 */
 	int fast_ok;
-	int pieces;             /* the tail as pieces (fp16 residuals),
-				   no generic CTAs */
-	int tail_tile;          /* a piece CTA stages the pages from this
-				   tile on (the planned tail's first) */
-	int n_pc;               /* CTAs per unit that take only pieces
-				   (after the fast ones), or 0: the fast
-				   CTAs' warps take them */
+	int pieces;             /* the tail as pieces on the fast CTAs'
+				   warps (fp16 residuals), no generic
+				   CTAs */
 #ifdef KVS_ATTN_TRACE
 	int tr;                 /* trace slot of this call */
 #endif
@@ -1471,24 +1467,12 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
  * and PV_S, Key and Value residual rows (256 B a token) at PK_R and PV_R.
  */
 #define PIECE 8
-/* the fast warps' pieces before their tiles (1) or after them (0) */
-#ifndef PIECE_FIRST
-#define PIECE_FIRST 0
-#endif
 #define PK_C 0
 #define PV_C 256
 #define PV_O 512
 #define PV_S 576
 #define PK_R 1536
 #define PV_R 3584
-
-/* what a warp's pieces need of its CTA: 8 words, kept in the padding of
- * p_s's first row (P_PITCH - TILE floats) across the tiles; the staged
- * page list's first page and length (at most 2047 of it) in one word */
-struct piece_ctx {
-	uint32_t kq, vq, kr, vstart;
-	int fe, np, pages, slot;
-};
 
 struct piece_at {
 	int t0, n;              /* first token, tokens (1 .. PIECE) */
@@ -1780,8 +1764,7 @@ static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
  */
 template <bool SUB, bool QSH>
 static __device__ void fast_cta(const attn_params &p, int tb, int tps,
-				int slot, int h, int sub, int b, uint8_t *smem,
-				bool pc = false)
+				int slot, int h, int sub, int b, uint8_t *smem)
 {
 	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 	const int gi = lane >> 2, ti = lane & 3;
@@ -1818,8 +1801,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 	const int tiles = fast_end(p, sq) / TILE;
 	const int te = min(tiles, tb + tps);
 	const int first = tb + warp;
-	const int mine = first < te && !pc ?
-			 (te - first + WARPS - 1) / WARPS : 0;
+	const int mine = first < te ? (te - first + WARPS - 1) / WARPS : 0;
 
 	if (tid < npages)
 		pages[tid] = pv;
@@ -1852,26 +1834,8 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 
 	for (int s = 0; s < STAGES; s++)
 		stage[s] = wsm + s * TILE_BYTES;
-	cursor_init(cur, p, h, first, page0, lane);
-	/* what the pieces need: after the tiles (not PIECE_FIRST) it
-	 * waits in the padding of p_s's rows, not in registers across the
-	 * loop */
-	piece_ctx pcx;
-
-	pcx.kq = sq.k_quant_len;
-	pcx.vq = sq.v_quant_len;
-	pcx.kr = sq.k_resid_len;
-	pcx.vstart = sq.v_resid_start;
-	pcx.fe = fast_end(p, sq);
-	pcx.np = p.pieces ? ((int)(sq.k_quant_len + sq.k_resid_len) -
-			     pcx.fe + PIECE - 1) / PIECE : 0;
-	pcx.pages = page0 << 11 | min(max(npages, 0), 2047);
-	pcx.slot = slot;
-	piece_ctx *pcx_s = reinterpret_cast<piece_ctx *>(p_s + TILE);
-
-	if (p.pieces && !PIECE_FIRST && lane == 0)
-		*pcx_s = pcx;
 	auto ring_start = [&]() {
+		cursor_init(cur, p, h, first, page0, lane);
 #pragma unroll
 		for (int s = 0; s < STAGES - 1; s++) {
 			if (s < mine) {
@@ -1881,31 +1845,9 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 			cp_commit();
 		}
 	};
-	/* piece i = s + n w + 4 n r of the n CTAs that take them, in the
-	 * stage area: before the tiles (PIECE_FIRST) or after them */
-	auto run_pieces = [&](const key_query &kq, const piece_ctx &c) {
-		const int pn = p.n_pc ? p.n_pc : p.n_fast;
-		const int ps = p.n_pc ? c.slot - p.n_fast : c.slot;
-		const int w = threadIdx.x >> 5;
 
-		kvs_cuda_seq cs;
-
-		cs.k_quant_len = c.kq;
-		cs.v_quant_len = c.vq;
-		cs.k_resid_len = c.kr;
-		cs.v_resid_start = c.vstart;
-		for (int i = ps < 0 ? c.np : ps + pn * w; i < c.np;
-		     i += WARPS * pn) {
-			const piece_at a = piece_of(cs, c.fe, i);
-
-			piece_load(p, cs, a, b, h, pages, c.pages >> 11,
-				   c.pages & 2047, wsm, lane);
-			piece_tile<SUB, QSH>(wsm, a, kq, qk_s, scratch, p_s,
-					     st, lane);
-		}
-	};
-
-	if (!PIECE_FIRST)
+	/* with the tail as pieces, the ring starts after them (below) */
+	if (!p.pieces)
 		ring_start();
 	/* lane (h, w)'s 16 query channels 16w .. 16w+15 of head h, kept in
 	 * registers for every tile (key_operand); q' = q 2^(e - 2k (SUB)),
@@ -1964,8 +1906,23 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		kq.ls = __shfl_sync(0xffffffffu, pow2((SUB ? 24 : 0) + ex),
 				    8 * ti);
 	}
-	if (PIECE_FIRST) {
-		run_pieces(kq, pcx);
+	if (p.pieces) {
+		/* the tail's pieces this warp takes, i = split + n w + 4 n r,
+		 * in the stage area before the tiles: at the start their
+		 * round trips overlap the other warps' tiles */
+		const int fe = fast_end(p, sq);
+		const int np = ((int)(sq.k_quant_len + sq.k_resid_len) - fe +
+				PIECE - 1) / PIECE;
+
+		for (int i = slot + p.n_fast * warp; i < np;
+		     i += WARPS * p.n_fast) {
+			const piece_at a = piece_of(sq, fe, i);
+
+			piece_load(p, sq, a, b, h, pages, page0, npages, wsm,
+				   lane);
+			piece_tile<SUB, QSH>(wsm, a, kq, qk_s, scratch, p_s,
+					     st, lane);
+		}
 		ring_start();
 	}
 	for (int k = 0; k < mine; k++) {
@@ -1989,12 +1946,6 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 	cp_wait<0>();
 	/* then the residual tail's pieces this warp takes (p.pieces): i =
 	 * split + n w + 4 n r, in the stage area */
-	if (p.pieces && !PIECE_FIRST) {
-		__syncwarp();
-		const piece_ctx c = *pcx_s;
-
-		run_pieces(kq, c);
-	}
 	TRACE(5);
 
 	/* per-warp results: the sum and the origin sums of head ti over the
@@ -2096,7 +2047,7 @@ attn_kernel(const attn_params p)
 {
 	extern __shared__ __align__(16) uint8_t smem[];
 	const int gen = p.n_gen * p.B * p.Hkv * p.nsub;
-	int idx = blockIdx.x, n = idx < gen ? p.n_gen : p.n_fast + p.n_pc;
+	int idx = blockIdx.x, n = idx < gen ? p.n_gen : p.n_fast;
 
 	if (idx >= gen)
 		idx -= gen;
@@ -2109,13 +2060,6 @@ attn_kernel(const attn_params p)
 	TRACE(0);
 	int tb = split * p.fast_tps, tps = p.fast_tps, slot = split;
 
-	/* a piece CTA: no tiles, the planned tail's pages staged */
-	const bool pc = (int)blockIdx.x >= gen && split >= p.n_fast;
-
-	if (pc) {
-		tb = p.tail_tile;
-		tps = p.gen_tps / TILE + 1;
-	}
 
 	if (!FAST || (int)blockIdx.x < gen) {
 		/* the 4-CTA build keeps two raw items in flight, not four,
@@ -2143,7 +2087,7 @@ attn_kernel(const attn_params p)
 		tps = p.hyb_tps;
 		slot = p.n_fast + p.n_gen + split;
 	}
-	fast_cta<SUB, (MIN_CTAS >= 4)>(p, tb, tps, slot, h, sub, b, smem, pc);
+	fast_cta<SUB, (MIN_CTAS >= 4)>(p, tb, tps, slot, h, sub, b, smem);
 }
 
 /*
@@ -2510,79 +2454,26 @@ static void plan_split(int units, int slots, int tiles, int chunks,
 	ans = *out;
 }
 
-/* a piece costs a warp this many tiles (KVS_CUDA_PIECE_COST overrides):
- * its round trips (page, rows) and its compute */
-#define PIECE_COST 3
-
 /*
- * The plan with the tail as @np pieces a unit: every fast CTA an equal
- * share of the @tiles, in one wave where the units fit; the pieces either
- * on the fast CTAs' warps after their tiles, or, where the wave has room,
- * on CTAs of their own (np / 4 a unit) beside fewer fast ones, whichever
- * ends sooner in tile-times a warp (KVS_CUDA_PIECE_CTAS=0/1 forces one).
+ * The plan with the tail as pieces: every CTA a fast one with an equal
+ * share of the @tiles, one wave where the units fit (at most a tile or a
+ * piece a warp, @np pieces a unit).
  */
 static void piece_plan(int units, int slots, int tiles, int np,
 		       attn_params *p)
 {
-	static double cost = -1.0;
-	const char *force = getenv("KVS_CUDA_PIECE_CTAS");
-	const int npc = (np + WARPS - 1) / WARPS;
 	const int most = (tiles + np + WARPS - 1) / WARPS;
-	const int per = units >= slots ? 1 : slots / units;
-	int n = per > most ? most : per;
+	int n = units >= slots ? 1 : slots / units;
 
-	if (cost < 0.0) {
-		const char *e = getenv("KVS_CUDA_PIECE_COST");
-		const double x = e ? atof(e) : 0.0;
-
-		cost = x > 0.0 && x < 100.0 ? x : PIECE_COST;
-	}
+	n = n > most ? most : n;
 	n = n < 1 ? 1 : n;
-	/* on the fast warps: a warp's tiles, prologue and epilogue, and its
-	 * pieces after them */
-	const int tps_a = (tiles + n - 1) / n;
-	const double t_a = (tps_a + WARPS - 1) / WARPS + 2 +
-			   cost * ((np + WARPS * n - 1) / (WARPS * n));
-	double t_b = 1e30;
-	int tps_b = 0, nb = per - npc;
-
-	/* at least a tile a warp */
-	nb = nb > (tiles + WARPS - 1) / WARPS ? (tiles + WARPS - 1) / WARPS :
-	     nb;
-	if (tiles == 0 && per > npc)
-		nb = 1;
-
-	if (nb >= 1 && np > 0) {
-		tps_b = (tiles + nb - 1) / nb;
-		const double tf = (tps_b + WARPS - 1) / WARPS + 2;
-		const double tp = 2 + cost;
-
-		t_b = tf > tp ? tf : tp;
-	}
-	if (force ? atoi(force) > 0 && nb >= 1 && np > 0 : t_b < t_a) {
-		p->n_pc = npc;
-		p->fast_tps = tps_b;
-		n = nb;
-	} else {
-		p->n_pc = 0;
-		p->fast_tps = tps_a;
-	}
-	p->n_fast = tiles > 0 ? (tiles + p->fast_tps - 1) / p->fast_tps :
-		    (p->n_pc ? 0 : n);
-}
-
-/* KVS_CUDA_ATTN_NO_PIECES: the residual tail in generic CTAs even where
- * the pieces apply (for measuring one against the other) */
-static int no_pieces(void)
-{
-	static int v = -1;
-
-	if (v < 0) {
-		const char *e = getenv("KVS_CUDA_ATTN_NO_PIECES");
-
-		v = e && *e && *e != '0';
-	}
-	return v;
+	p->fast_tps = (tiles + n - 1) / n;
+	p->n_fast = tiles > 0 ? (tiles + p->fast_tps - 1) / p->fast_tps : n;
+	p->n_gen = 0;
+	p->hyb_tps = 0;
+	p->gen_chunk = TILE;
+	p->gen_tps = TILE;
+	p->n_slots = p->n_fast;
 }
 
 /* Fills everything but pointers' validity; 0 or -KVS_EPARAM. */
@@ -2636,27 +2527,26 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 		chunks = 1;
 	struct split_plan sp = { 0, 0, 1, 0 };
 
-	p->pieces = p->fast_ok && a->dtype == KVS_DTYPE_F16 && !no_pieces();
-	p->n_pc = 0;
-	if (p->pieces) {
-		piece_plan(units, slots, max_tiles,
-			   (int)((gen_total + PIECE - 1) / PIECE), p);
-		p->n_gen = 0;
-		p->hyb_tps = 0;
-		p->gen_chunk = TILE;
-		/* the planned tail: its first tile and its tokens */
-		p->gen_tps = (int)((gen_total + TILE - 1) / TILE) * TILE;
-		p->tail_tile = max_tiles - p->gen_tps / TILE;
-		p->tail_tile = p->tail_tile < 0 ? 0 : p->tail_tile;
-		p->n_slots = p->n_fast + p->n_pc;
-		return 0;
-	}
-
 	if (max_tiles > 0)
 		plan_split(units, slots, max_tiles, chunks,
 			   (a->flags & KVS_CUDA_ATTN_HYBRID) != 0,
 			   a->dtype != KVS_DTYPE_F32 && s->span % TILE == 0,
 			   &sp);
+	/* with fp16 residuals the tail goes to the fast warps as pieces
+	 * where the generic CTAs would be few beside the fast ones (sharing
+	 * their tiles, or more than one wave): there the SMs that hold no
+	 * generic CTA end the call (session 13).  Where generic CTAs run
+	 * beside the fast ones in a wave with room (small batch), they
+	 * stay: measured faster there. */
+	p->pieces = p->fast_ok && a->dtype == KVS_DTYPE_F16 && !(a->flags & KVS_CUDA_ATTN_NO_PIECES) &&
+		    max_tiles > 0 && !(a->flags & KVS_CUDA_ATTN_HYBRID) &&
+		    (sp.hyb_tps > 0 || (a->flags & KVS_CUDA_ATTN_PIECES) ||
+		     (int64_t)units * (sp.n_fast + sp.n_gen) > slots);
+	if (p->pieces) {
+		piece_plan(units, slots, max_tiles,
+			   (int)((gen_total + PIECE - 1) / PIECE), p);
+		return 0;
+	}
 	n_gen = max_tiles > 0 ? sp.n_gen : (2 * slots + units - 1) / units;
 	n_gen = n_gen < 1 ? 1 : (n_gen > chunks ? chunks : n_gen);
 	p->gen_chunk = TILE;
@@ -2758,11 +2648,10 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 
 	const int sub = p.fast_ok ? subnormal_ok(stream, a->flags) : 0;
 	size_t smem = generic_smem(p.D, p.fast_ok);
-	size_t fast = fast_smem(max(max(p.fast_tps, p.hyb_tps),
-				    p.pieces ? p.gen_tps / TILE + 1 : 0), p.S);
+	size_t fast = fast_smem(max(p.fast_tps, p.hyb_tps), p.S);
 	if (p.fast_ok && fast > smem)
 		smem = fast;
-	dim3 grid((p.n_fast + p.n_gen + p.n_pc) * p.B * p.Hkv * p.nsub);
+	dim3 grid((p.n_fast + p.n_gen) * p.B * p.Hkv * p.nsub);
 	kvs_log(KVS_LOG_DEBUG, "cuda attend: units %d, fast %d x %d tiles, "
 		"generic %d x (%d tokens + %d tiles), grid %u, subnormal "
 		"operands %d", p.B * p.Hkv * p.nsub, p.n_fast, p.fast_tps,
