@@ -1907,15 +1907,18 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 				    8 * ti);
 	}
 	if (p.pieces) {
-		/* the tail's pieces this warp takes, i = split + n w + 4 n r,
-		 * in the stage area before the tiles: at the start their
-		 * round trips overlap the other warps' tiles */
+		/* the tail's pieces this warp takes, in the stage area before
+		 * the tiles (at the start their round trips overlap the other
+		 * warps' tiles): i = s + n w + 4 n r counted from the last CTA
+		 * and the last warp, which holds the fewest tiles and whose
+		 * CTA's staged pages reach the tail */
 		const int fe = fast_end(p, sq);
 		const int np = ((int)(sq.k_quant_len + sq.k_resid_len) - fe +
 				PIECE - 1) / PIECE;
 
-		for (int i = slot + p.n_fast * warp; i < np;
-		     i += WARPS * p.n_fast) {
+		for (int i = p.n_fast - 1 - slot +
+			     p.n_fast * (WARPS - 1 - warp);
+		     i < np; i += WARPS * p.n_fast) {
 			const piece_at a = piece_of(sq, fe, i);
 
 			piece_load(p, sq, a, b, h, pages, page0, npages, wsm,
@@ -2533,14 +2536,17 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 			   a->dtype != KVS_DTYPE_F32 && s->span % TILE == 0,
 			   &sp);
 	/* with fp16 residuals the tail goes to the fast warps as pieces
-	 * where the generic CTAs would be few beside the fast ones (sharing
-	 * their tiles, or more than one wave): there the SMs that hold no
-	 * generic CTA end the call (session 13).  Where generic CTAs run
-	 * beside the fast ones in a wave with room (small batch), they
-	 * stay: measured faster there. */
-	p->pieces = p->fast_ok && a->dtype == KVS_DTYPE_F16 && !(a->flags & KVS_CUDA_ATTN_NO_PIECES) &&
+	 * where the generic CTAs would share the tiles in one wave and be a
+	 * tenth of the grid or more, or would need a second wave: there the
+	 * SMs that hold no generic CTA end the call (session 13).  Where
+	 * generic CTAs run beside the fast ones in a wave with room (small
+	 * batch), or are few ((2, 128K): 16 of 528), they stay: measured
+	 * faster there. */
+	p->pieces = p->fast_ok && a->dtype == KVS_DTYPE_F16 &&
+		    !(a->flags & KVS_CUDA_ATTN_NO_PIECES) &&
 		    max_tiles > 0 && !(a->flags & KVS_CUDA_ATTN_HYBRID) &&
-		    (sp.hyb_tps > 0 || (a->flags & KVS_CUDA_ATTN_PIECES) ||
+		    ((a->flags & KVS_CUDA_ATTN_PIECES) ||
+		     (sp.hyb_tps > 0 && 10 * sp.n_gen >= sp.n_fast + sp.n_gen) ||
 		     (int64_t)units * (sp.n_fast + sp.n_gen) > slots);
 	if (p->pieces) {
 		piece_plan(units, slots, max_tiles,
