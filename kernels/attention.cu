@@ -28,6 +28,12 @@
  * whose scale the other operand or the output undoes; otherwise a
  * magic-number bias and one fma give the exact code.
  *
+ * With fp16 residuals and a plan whose generic CTAs would be a tenth of
+ * the grid or more (large batch), the tokens past the last whole tile go
+ * to the fast warps instead, as 8-token pieces on the tensor cores before
+ * their tiles (piece_load, piece_tile): a piece's Key and Value come from
+ * the codes or the residual rows per token, into the same state as tiles.
+ *
  * Generic CTAs handle everything else (the residual tail, partial tiles,
  * other formats): they stage 32 tokens of K and V as fp32 in shared memory,
  * taking each token from its page or its residual by the Key and the Value
