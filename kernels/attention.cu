@@ -1339,16 +1339,14 @@ static __device__ __forceinline__ void value_update(const uint8_t *sg,
 	}
 }
 
-/* One 32-token tile from a stage: logits, online softmax, value update. */
-template <bool SUB, bool QSH>
-static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
-						 const key_query &kq,
-						 uint8_t *scratch, float *p_s,
-						 fast_state &st, int lane)
+/* The Key B operand of the group staged at @sg (key_operand, from the
+ * query's pairs in registers or, QSH, shared memory) in @scratch; returns
+ * the origin dot of head ti, the lane's logit column. */
+template <bool QSH>
+static __device__ __forceinline__ float key_b(const uint8_t *sg,
+					      const key_query &kq,
+					      uint8_t *scratch, int lane)
 {
-	const int gi = lane >> 2, ti = lane & 3;
-
-	/* Key: B operand through shared memory, A from the codes */
 	uint32_t qh[8], ql[8];
 
 #pragma unroll
@@ -1359,8 +1357,50 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 		ql[2 * i] = t.z; ql[2 * i + 1] = t.w;
 	}
 	const float a_h = key_operand(sg, kq.q, qh, ql, scratch, lane);
-	const float a_j = __shfl_sync(0xffffffffu, a_h, 8 * ti);
+	const float a_j = __shfl_sync(0xffffffffu, a_h, 8 * (lane & 3));
+
 	__syncwarp();
+	return a_j;
+}
+
+/* The online softmax's reference for head ti: st.m is at or above every
+ * logit so far and is raised only when one (@tmax, this lane's largest)
+ * passes it, then with LAZY_HEADROOM to spare, the lane's accumulators
+ * (its own head ti's) and sums rescaled; one vote tells most tiles that
+ * nothing passed, without the cross-lane max. */
+static __device__ __forceinline__ void raise_ref(fast_state &st, float tmax)
+{
+	if (__any_sync(0xffffffffu, tmax > st.m)) {
+		tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 4));
+		tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 8));
+		tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 16));
+		const float m_new = tmax > st.m ? tmax + LAZY_HEADROOM : st.m;
+		const float alpha = exp2_tile(st.m - m_new);
+
+		st.l *= alpha;
+		st.m = m_new;
+#pragma unroll
+		for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+			for (int e = 0; e < 4; e++)
+				st.acc[nt][e] *= alpha;
+#pragma unroll
+		for (int g = 0; g < 4; g++)
+			st.so[g] *= alpha;
+	}
+}
+
+/* One 32-token tile from a stage: logits, online softmax, value update. */
+template <bool SUB, bool QSH>
+static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
+						 const key_query &kq,
+						 uint8_t *scratch, float *p_s,
+						 fast_state &st, int lane)
+{
+	const int gi = lane >> 2, ti = lane & 3;
+
+	/* Key: B operand through shared memory, A from the codes */
+	const float a_j = key_b<QSH>(sg, kq, scratch, lane);
 	/* per 16-token M-block, one accumulator chain of eight MMAs; each
 	 * ldmatrix of B (two K-blocks) serves both M-blocks */
 	const uint8_t *brow = scratch + (lane & 7) * KB_PITCH +
@@ -1412,25 +1452,7 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 	 * max or a rescale */
 	float tmax = fmaxf(fmaxf(logit[0], logit[1]),
 			   fmaxf(logit[2], logit[3]));
-	if (__any_sync(0xffffffffu, tmax > st.m)) {
-		tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 4));
-		tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 8));
-		tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 16));
-		const float m_new = tmax > st.m ? tmax + LAZY_HEADROOM : st.m;
-		/* the lane's accumulators are its own head ti's */
-		const float alpha = exp2_tile(st.m - m_new);
-
-		st.l *= alpha;
-		st.m = m_new;
-#pragma unroll
-		for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-			for (int e = 0; e < 4; e++)
-				st.acc[nt][e] *= alpha;
-#pragma unroll
-		for (int g = 0; g < 4; g++)
-			st.so[g] *= alpha;
-	}
+	raise_ref(st, tmax);
 	float psum = 0.0f;
 #pragma unroll
 	for (int r = 0; r < 4; r++) {
@@ -1576,18 +1598,7 @@ static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
 
 	if (a.krel > 0) {
 		/* Key codes: the tile's B operand, M-block rows gi only */
-		uint32_t qh[8], ql[8];
-
-#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const uint4 t = QSH ? kq.qsh[i] : kq.qp[i];
-
-			qh[2 * i] = t.x; qh[2 * i + 1] = t.y;
-			ql[2 * i] = t.z; ql[2 * i + 1] = t.w;
-		}
-		const float a_h = key_operand(ws, kq.q, qh, ql, scratch, lane);
-		const float a_j = __shfl_sync(0xffffffffu, a_h, 8 * ti);
-		__syncwarp();
+		const float a_j = key_b<QSH>(ws, kq, scratch, lane);
 		const uint8_t *brow = scratch + (lane & 7) * KB_PITCH +
 				      16 * (lane >> 3);
 		const uint2 x = *reinterpret_cast<const uint2 *>(
@@ -1649,24 +1660,7 @@ static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
 	/* online softmax, as fast_tile() */
 	float tmax = logit;
 
-	if (__any_sync(0xffffffffu, tmax > st.m)) {
-		tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 4));
-		tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 8));
-		tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 16));
-		const float m_new = tmax > st.m ? tmax + LAZY_HEADROOM : st.m;
-		const float alpha = exp2_tile(st.m - m_new);
-
-		st.l *= alpha;
-		st.m = m_new;
-#pragma unroll
-		for (int nt = 0; nt < 8; nt++)
-#pragma unroll
-			for (int e = 0; e < 4; e++)
-				st.acc[nt][e] *= alpha;
-#pragma unroll
-		for (int g = 0; g < 4; g++)
-			st.so[g] *= alpha;
-	}
+	raise_ref(st, tmax);
 	const float pr = gi < a.n ? exp2_tile(logit - st.m) : 0.0f;
 
 	st.l += pr;
