@@ -1907,18 +1907,15 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 				    8 * ti);
 	}
 	if (p.pieces) {
-		/* the tail's pieces this warp takes, in the stage area before
-		 * the tiles (at the start their round trips overlap the other
-		 * warps' tiles): i = s + n w + 4 n r counted from the last CTA
-		 * and the last warp, which holds the fewest tiles and whose
-		 * CTA's staged pages reach the tail */
+		/* the tail's pieces this warp takes, i = split + n w + 4 n r,
+		 * in the stage area before the tiles: at the start their
+		 * round trips overlap the other warps' tiles */
 		const int fe = fast_end(p, sq);
 		const int np = ((int)(sq.k_quant_len + sq.k_resid_len) - fe +
 				PIECE - 1) / PIECE;
 
-		for (int i = p.n_fast - 1 - slot +
-			     p.n_fast * (WARPS - 1 - warp);
-		     i < np; i += WARPS * p.n_fast) {
+		for (int i = slot + p.n_fast * warp; i < np;
+		     i += WARPS * p.n_fast) {
 			const piece_at a = piece_of(sq, fe, i);
 
 			piece_load(p, sq, a, b, h, pages, page0, npages, wsm,
