@@ -373,6 +373,9 @@ static void test_short(void **state)
 		  4, SHAPE(2, 128, 32, 2, 128), KVS_DTYPE_F16, KIVI, 1, 3000,
 		  0, KVS_CUDA_ATTN_PIECES | KVS_CUDA_ATTN_OCC3 |
 		  KVS_CUDA_ATTN_NO_SUBNORMAL | SHORT_BOUND },
+		{ "tail as pieces, several a warp", 16, 9, 4,
+		  SHAPE(9, 128, 32, 2, 128), KVS_DTYPE_F16, KIVI, 1, 1200, 0,
+		  KVS_CUDA_ATTN_PIECES },
 		{ "D=64", 3, 2, 4, SHAPE(2, 64, 32, 2, 128), KVS_DTYPE_F16,
 		  KIVI, 1, 1500, 0, 0 },
 		{ "4-bit, S=256, G=64", 3, 2, 8, SHAPE(2, 128, 64, 4, 256),
