@@ -1575,17 +1575,59 @@ static __device__ __forceinline__ void piece_load(const attn_params &p,
 	__syncwarp();
 }
 
-/* fp16 pair (lo, hi) of x0, x1 */
-static __device__ __forceinline__ uint32_t h2pack(float x0, float x1)
+/* The pair (x0 low, x1 high) in fp16, or (@bf) bf16. */
+static __device__ __forceinline__ uint32_t pack2(bool bf, float x0, float x1)
 {
+	if (bf) {
+		const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+
+		return *reinterpret_cast<const uint32_t *>(&h);
+	}
 	const __half2 h = __floats2half2_rn(x0, x1);
 
 	return *reinterpret_cast<const uint32_t *>(&h);
 }
 
+static __device__ __forceinline__ float2 unpack2(bool bf, uint32_t x)
+{
+	if (bf)
+		return __bfloat1622float2(
+			*reinterpret_cast<const __nv_bfloat162 *>(&x));
+	return h2f(x);
+}
+
+/* x0, x1 in the operand pair of column @lo: its high part (even column),
+ * or what that leaves (odd column) -- a B operand's hi / lo split. */
+static __device__ __forceinline__ uint32_t split2(bool bf, bool lo, float x0,
+						  float x1)
+{
+	const uint32_t h = pack2(bf, x0, x1);
+
+	if (!lo)
+		return h;
+	const float2 f = unpack2(bf, h);
+
+	return pack2(bf, x0 - f.x, x1 - f.y);
+}
+
+/* mma16816() with fp16 or (@bf) bf16 operands. */
+static __device__ __forceinline__ void mma16816x(bool bf, float c[4],
+						 uint32_t a0, uint32_t a1,
+						 uint32_t a2, uint32_t a3,
+						 uint32_t b0, uint32_t b1)
+{
+	if (bf)
+		asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+		    "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+		    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+		    : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+	else
+		mma16816(c, a0, a1, a2, a3, b0, b1);
+}
+
 /* One piece from the stage area @ws into the warp's state: logits, online
  * softmax, Value update, as fast_tile() does for a tile. */
-template <bool SUB, bool QSH>
+template <bool SUB, bool QSH, bool bf>
 static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
 						  const piece_at &a,
 						  const key_query &kq,
@@ -1622,9 +1664,9 @@ static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
 		lc = fmaf(c[0] + c[1], kq.ls, a_j);
 	}
 	if (a.n > a.krel) {
-		/* Key rows: A from the fp16 rows, B the query q' = q 2^-ex
-		 * of head gi / 2 in fp16 hi (gi even) or lo (gi odd), in
-		 * channel order; the logit scale 2^ex */
+		/* Key rows: A from the rows (fp16 or bf16), B the query q' =
+		 * q 2^-ex of head gi / 2 in the rows' type, hi (gi even) or lo
+		 * (gi odd), in channel order; the logit scale 2^ex */
 		const float lsh = __shfl_sync(0xffffffffu, kq.ls, gi >> 1);
 		const float qs = (SUB ? pow2(24) : 1.0f) / lsh;
 		const float *qrow = qk_s + (gi >> 1) * 8 * 20;
@@ -1636,22 +1678,17 @@ static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
 				qrow + kb * 20 + 2 * ti);
 			const float2 q1 = *reinterpret_cast<const float2 *>(
 				qrow + kb * 20 + 8 + 2 * ti);
-			const float y0 = q0.x * qs, y1 = q0.y * qs;
-			const float y2 = q1.x * qs, y3 = q1.y * qs;
-			uint32_t b0 = h2pack(y0, y1), b1 = h2pack(y2, y3);
-
-			if (gi & 1) {
-				const float2 h0 = h2f(b0), h1 = h2f(b1);
-
-				b0 = h2pack(y0 - h0.x, y1 - h0.y);
-				b1 = h2pack(y2 - h1.x, y3 - h1.y);
-			}
+			const uint32_t b0 = split2(bf, gi & 1, q0.x * qs,
+						   q0.y * qs);
+			const uint32_t b1 = split2(bf, gi & 1, q1.x * qs,
+						   q1.y * qs);
 			const uint8_t *kr = ws + PK_R + 256 * gi + 32 * kb +
 					    4 * ti;
 
-			mma16816(c, *reinterpret_cast<const uint32_t *>(kr), 0u,
-				 *reinterpret_cast<const uint32_t *>(kr + 16),
-				 0u, b0, b1);
+			mma16816x(bf, c,
+				  *reinterpret_cast<const uint32_t *>(kr), 0u,
+				  *reinterpret_cast<const uint32_t *>(kr + 16),
+				  0u, b0, b1);
 		}
 		lf = (c[0] + c[1]) * (kq.ls * (SUB ? pow2(-24) : 1.0f));
 	}
@@ -1719,11 +1756,13 @@ static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
 	}
 	if (a.n > a.vrel) {
 		/* Value rows: A rows as the codes' (channel 64 hf + 8 gi + k,
-		 * + 4), B = p; into a zeroed product first, added under the
-		 * accumulators' scale 4^k 2^-24 (SUB) */
+		 * + 4), B = p in the rows' type split hi (even columns) and lo
+		 * (odd); into a zeroed product first, whose two columns of a
+		 * head are added under the accumulators' scale 4^k 2^-24
+		 * (SUB) to both */
 		const bool v0 = t0 >= a.vrel && t0 < a.n;
 		const bool v1 = t1 >= a.vrel && t1 < a.n;
-		const uint32_t b0 = h2pack(pp.x, pp.y);
+		const uint32_t b0 = split2(bf, gi & 1, pp.x, pp.y);
 		const uint4 z = make_uint4(0u, 0u, 0u, 0u);
 
 #pragma unroll
@@ -1742,14 +1781,16 @@ static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
 				float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 				const float sc = SUB ? pow2(2 * k - 24) : 1.0f;
 
-				mma16816(c, __byte_perm(w0[k >> 1], w1[k >> 1],
-							sel),
-					 __byte_perm(w0[2 + (k >> 1)],
-						     w1[2 + (k >> 1)], sel),
-					 0u, 0u, b0, 0u);
+				mma16816x(bf, c,
+					  __byte_perm(w0[k >> 1], w1[k >> 1],
+						      sel),
+					  __byte_perm(w0[2 + (k >> 1)],
+						      w1[2 + (k >> 1)], sel),
+					  0u, 0u, b0, 0u);
 #pragma unroll
 				for (int e = 0; e < 4; e++)
-					st.acc[4 * hf + k][e] = fmaf(c[e], sc,
+					st.acc[4 * hf + k][e] = fmaf(
+						c[e & 2] + c[(e & 2) + 1], sc,
 						st.acc[4 * hf + k][e]);
 			}
 		}
@@ -1920,8 +1961,14 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 
 			piece_load(p, sq, a, b, h, pages, page0, npages, wsm,
 				   lane);
-			piece_tile<SUB, QSH>(wsm, a, kq, qk_s, scratch, p_s,
-					     st, lane);
+			if (p.rdt == KVS_DTYPE_BF16)
+				piece_tile<SUB, QSH, true>(wsm, a, kq, qk_s,
+							   scratch, p_s, st,
+							   lane);
+			else
+				piece_tile<SUB, QSH, false>(wsm, a, kq, qk_s,
+							    scratch, p_s, st,
+							    lane);
 		}
 		ring_start();
 	}
@@ -2539,7 +2586,7 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 	 * generic CTAs run beside the fast ones in a wave with room (small
 	 * batch), or are few ((2, 128K): 16 of 528), they stay: measured
 	 * faster there. */
-	p->pieces = p->fast_ok && a->dtype == KVS_DTYPE_F16 &&
+	p->pieces = p->fast_ok && a->dtype != KVS_DTYPE_F32 &&
 		    !(a->flags & KVS_CUDA_ATTN_NO_PIECES) &&
 		    max_tiles > 0 && !(a->flags & KVS_CUDA_ATTN_HYBRID) &&
 		    ((a->flags & KVS_CUDA_ATTN_PIECES) ||

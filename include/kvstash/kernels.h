@@ -158,7 +158,7 @@ struct kvs_cuda_attn {
 /* every generic (residual-tail) CTA also takes a share of the history
  * tiles, even where the split plan would give it none (for tests) */
 #define KVS_CUDA_ATTN_HYBRID 0x10u
-/* with fp16 residuals the residual tail is computed as 8-token pieces on
+/* with 16-bit residuals the residual tail is computed as 8-token pieces on
  * the tensor cores by the fast CTAs' warps where the plan finds generic
  * CTAs few beside the fast ones (large batch); PIECES takes the pieces
  * wherever they apply, NO_PIECES never (for tests and comparison) */

@@ -373,6 +373,9 @@ static void test_short(void **state)
 		  4, SHAPE(2, 128, 32, 2, 128), KVS_DTYPE_F16, KIVI, 1, 3000,
 		  0, KVS_CUDA_ATTN_PIECES | KVS_CUDA_ATTN_OCC3 |
 		  KVS_CUDA_ATTN_NO_SUBNORMAL | SHORT_BOUND },
+		{ "tail as pieces, bf16, random boundaries", 8, 2, 4,
+		  SHAPE(2, 128, 32, 2, 128), KVS_DTYPE_BF16, RANDOM, 1, 3000,
+		  0, KVS_CUDA_ATTN_PIECES },
 		{ "tail as pieces, several a warp", 16, 9, 4,
 		  SHAPE(9, 128, 32, 2, 128), KVS_DTYPE_F16, KIVI, 1, 1200, 0,
 		  KVS_CUDA_ATTN_PIECES },
