@@ -28,7 +28,7 @@
  * whose scale the other operand or the output undoes; otherwise a
  * magic-number bias and one fma give the exact code.
  *
- * With fp16 residuals and a plan whose generic CTAs would be a tenth of
+ * With 16-bit residuals and a plan whose generic CTAs would be a tenth of
  * the grid or more (large batch), the tokens past the last whole tile go
  * to the fast warps instead, as 8-token pieces on the tensor cores before
  * their tiles (piece_load, piece_tile): a piece's Key and Value come from
@@ -99,7 +99,7 @@ struct attn_params {
 				   tokens (from n_fast * fast_tps on), or 0 */
 	int fast_ok;
 	int pieces;             /* the tail as pieces on the fast CTAs'
-				   warps (fp16 residuals), no generic
+				   warps (16-bit residuals), no generic
 				   CTAs */
 #ifdef KVS_ATTN_TRACE
 	int tr;                 /* trace slot of this call */
@@ -1482,7 +1482,7 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 
 /*
  * Where the tokens past the last whole history tile go when the residual
- * rows are fp16 (p.pieces): 8-token pieces, each done by one warp of a fast
+ * rows are 16-bit (p.pieces): 8-token pieces, each done by one warp of a fast
  * CTA before its tiles, with the tile's operand layouts, into the warp's
  * own state (so no generic CTA and no extra partial).  A piece's Key comes
  * from the codes below k_quant_len and from the residual rows above it,
@@ -2579,7 +2579,7 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 			   (a->flags & KVS_CUDA_ATTN_HYBRID) != 0,
 			   a->dtype != KVS_DTYPE_F32 && s->span % TILE == 0,
 			   &sp);
-	/* with fp16 residuals the tail goes to the fast warps as pieces
+	/* with 16-bit residuals the tail goes to the fast warps as pieces
 	 * where the generic CTAs would share the tiles in one wave and be a
 	 * tenth of the grid or more, or would need a second wave: there the
 	 * SMs that hold no generic CTA end the call (session 13).  Where
