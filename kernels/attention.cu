@@ -1656,9 +1656,9 @@ static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
 			for (int hs = 0; hs < 2; hs++) {
 				const int s = 2 * pr + hs;
 
-				mma16816(c, code_pair<SUB>(x.x, x.x >> 8, s), 0u,
-					 code_pair<SUB>(x.y, x.y >> 8, s), 0u,
-					 bm[2 * hs], bm[2 * hs + 1]);
+				mma16816(c, code_pair<SUB>(x.x, x.x >> 8, s),
+					 0u, code_pair<SUB>(x.y, x.y >> 8, s),
+					 0u, bm[2 * hs], bm[2 * hs + 1]);
 			}
 		}
 		lc = fmaf(c[0] + c[1], kq.ls, a_j);
@@ -2590,7 +2590,8 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 		    !(a->flags & KVS_CUDA_ATTN_NO_PIECES) &&
 		    max_tiles > 0 && !(a->flags & KVS_CUDA_ATTN_HYBRID) &&
 		    ((a->flags & KVS_CUDA_ATTN_PIECES) ||
-		     (sp.hyb_tps > 0 && 10 * sp.n_gen >= sp.n_fast + sp.n_gen) ||
+		     (sp.hyb_tps > 0 &&
+		      10 * sp.n_gen >= sp.n_fast + sp.n_gen) ||
 		     (int64_t)units * (sp.n_fast + sp.n_gen) > slots);
 	if (p->pieces) {
 		piece_plan(units, slots, max_tiles,
