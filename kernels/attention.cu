@@ -1263,6 +1263,39 @@ static __device__ __forceinline__ float key_operand(const uint8_t *sg,
 	return a;
 }
 
+/* B of the Value codes' MMA for tokens t, t + 1 (their probabilities @pp
+ * of head n / 2, their origins and steps @s4 as staged: x, y token t's
+ * groups 0-1, 2-3; z, w token t + 1's): p * step of group 2 hf + n % 2,
+ * for each channel half hf. */
+static __device__ __forceinline__ void value_b(float2 pp, uint4 s4, int n,
+					       uint32_t (&bs)[2])
+{
+	const uint32_t sel = (n & 1) ? 0x7632u : 0x5410u;
+	const __half2 p2 = __floats2half2_rn(pp.x, pp.y);
+	const uint32_t sp[2] = { __byte_perm(s4.x, s4.z, sel),
+				 __byte_perm(s4.y, s4.w, sel) };
+
+#pragma unroll
+	for (int hf = 0; hf < 2; hf++) {
+		const __half2 a = __hmul2(p2,
+			*reinterpret_cast<const __half2 *>(&sp[hf]));
+
+		bs[hf] = *reinterpret_cast<const uint32_t *>(&a);
+	}
+}
+
+/* st.so[g] += p * origin[g] for a token's four Value origins @ow (fp16). */
+static __device__ __forceinline__ void origin_fma(fast_state &st, float pr,
+						  uint2 ow)
+{
+	const float2 o01 = h2f(ow.x), o23 = h2f(ow.y);
+
+	st.so[0] = fmaf(pr, o01.x, st.so[0]);
+	st.so[1] = fmaf(pr, o01.y, st.so[1]);
+	st.so[2] = fmaf(pr, o23.x, st.so[2]);
+	st.so[3] = fmaf(pr, o23.y, st.so[3]);
+}
+
 /*
  * Value update of one tile, transposed: out^T[d, j] += sum_t c[t,d]
  * (p[t,j] step[t,g(d)]) + sum_t p[t,j] origin[t,g(d)].
@@ -1288,7 +1321,6 @@ static __device__ __forceinline__ void value_update(const uint8_t *sg,
 						    fast_state &st, int lane)
 {
 	const int ti = lane & 3, n = lane >> 2;
-	const uint32_t sel = (n & 1) ? 0x7632u : 0x5410u;
 	const float *ph = p_s + (n >> 1) * P_PITCH + 2 * ti;
 	/* codes: matrix L / 8 = (half L / 16, tokens +8 if L & 8); the next
 	 * 16 tokens are 512 bytes on, swizzled alike */
@@ -1311,19 +1343,12 @@ static __device__ __forceinline__ void value_update(const uint8_t *sg,
 			const int t = 16 * kb + 2 * ti + 8 * e;
 			const float2 pp = *reinterpret_cast<const float2 *>(
 				ph + 16 * kb + 8 * e);
-			const uint4 s4 = *reinterpret_cast<const uint4 *>(
-				sg + T_VS + 8 * t);
-			const __half2 p2 = __floats2half2_rn(pp.x, pp.y);
-			/* x, y: token t's groups 0-1, 2-3; z, w: token t+1's */
-			const uint32_t sp[2] = { __byte_perm(s4.x, s4.z, sel),
-						 __byte_perm(s4.y, s4.w, sel) };
-#pragma unroll
-			for (int hf = 0; hf < 2; hf++) {
-				const __half2 a = __hmul2(p2,
-					*reinterpret_cast<const __half2 *>(&sp[hf]));
+			uint32_t be[2];
 
-				bs[hf][e] = *reinterpret_cast<const uint32_t *>(&a);
-			}
+			value_b(pp, *reinterpret_cast<const uint4 *>(
+					sg + T_VS + 8 * t), n, be);
+			bs[0][e] = be[0];
+			bs[1][e] = be[1];
 		}
 #pragma unroll
 		for (int hf = 0; hf < 2; hf++) {
@@ -1460,16 +1485,10 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 		const int tok = gi + 8 * (r & 1) + 16 * (r >> 1);
 		const float pr = exp2_tile(logit[r] - st.m);
 		/* the token's Value origins, groups 0-1 and 2-3 */
-		const uint2 ow = *reinterpret_cast<const uint2 *>(
-			sg + T_VO + 8 * tok);
-		const float2 o01 = h2f(ow.x), o23 = h2f(ow.y);
-
 		psum += pr;
 		p_s[ti * P_PITCH + tok] = pr;
-		st.so[0] = fmaf(pr, o01.x, st.so[0]);
-		st.so[1] = fmaf(pr, o01.y, st.so[1]);
-		st.so[2] = fmaf(pr, o23.x, st.so[2]);
-		st.so[3] = fmaf(pr, o23.y, st.so[3]);
+		origin_fma(st, pr, *reinterpret_cast<const uint2 *>(
+				   sg + T_VO + 8 * tok));
 	}
 	st.l += psum;
 	__syncwarp();
@@ -1627,7 +1646,7 @@ static __device__ __forceinline__ void mma16816x(bool bf, float c[4],
 
 /* One piece from the stage area @ws into the warp's state: logits, online
  * softmax, Value update, as fast_tile() does for a tile. */
-template <bool SUB, bool QSH, bool bf>
+template <bool SUB, bool QSH, bool BF>
 static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
 						  const piece_at &a,
 						  const key_query &kq,
@@ -1678,14 +1697,14 @@ static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
 				qrow + kb * 20 + 2 * ti);
 			const float2 q1 = *reinterpret_cast<const float2 *>(
 				qrow + kb * 20 + 8 + 2 * ti);
-			const uint32_t b0 = split2(bf, gi & 1, q0.x * qs,
+			const uint32_t b0 = split2(BF, gi & 1, q0.x * qs,
 						   q0.y * qs);
-			const uint32_t b1 = split2(bf, gi & 1, q1.x * qs,
+			const uint32_t b1 = split2(BF, gi & 1, q1.x * qs,
 						   q1.y * qs);
 			const uint8_t *kr = ws + PK_R + 256 * gi + 32 * kb +
 					    4 * ti;
 
-			mma16816x(bf, c,
+			mma16816x(BF, c,
 				  *reinterpret_cast<const uint32_t *>(kr), 0u,
 				  *reinterpret_cast<const uint32_t *>(kr + 16),
 				  0u, b0, b1);
@@ -1695,23 +1714,14 @@ static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
 	const float logit = gi < a.krel ? lc : gi < a.n ? lf : -INFINITY;
 
 	/* online softmax, as fast_tile() */
-	float tmax = logit;
-
-	raise_ref(st, tmax);
+	raise_ref(st, logit);
 	const float pr = gi < a.n ? exp2_tile(logit - st.m) : 0.0f;
 
 	st.l += pr;
 	p_s[ti * P_PITCH + gi] = pr;
-	if (gi < a.vrel) {
-		const uint2 ow = *reinterpret_cast<const uint2 *>(
-			ws + PV_O + 8 * gi);
-		const float2 o01 = h2f(ow.x), o23 = h2f(ow.y);
-
-		st.so[0] = fmaf(pr, o01.x, st.so[0]);
-		st.so[1] = fmaf(pr, o01.y, st.so[1]);
-		st.so[2] = fmaf(pr, o23.x, st.so[2]);
-		st.so[3] = fmaf(pr, o23.y, st.so[3]);
-	}
+	if (gi < a.vrel)
+		origin_fma(st, pr, *reinterpret_cast<const uint2 *>(
+				   ws + PV_O + 8 * gi));
 	__syncwarp();
 	/* B: p of head gi / 2 for tokens 2 ti, 2 ti + 1 (tokens 8 .. 15 of
 	 * the MMA's K are empty: a2, a3 and b1 zero) */
@@ -1722,17 +1732,15 @@ static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
 	if (a.vrel > 0) {
 		/* Value codes, as value_update(): unit gi of half hf of tokens
 		 * t0, t1; their steps zeroed past v_quant_len */
-		const uint32_t sel = (gi & 1) ? 0x7632u : 0x5410u;
 		uint4 s4 = *reinterpret_cast<const uint4 *>(ws + PV_S +
 							    8 * t0);
+		uint32_t bs[2];
 
 		if (t0 >= a.vrel)
 			s4.x = s4.y = 0u;
 		if (t1 >= a.vrel)
 			s4.z = s4.w = 0u;
-		const uint32_t sp[2] = { __byte_perm(s4.x, s4.z, sel),
-					 __byte_perm(s4.y, s4.w, sel) };
-		const __half2 p2 = __floats2half2_rn(pp.x, pp.y);
+		value_b(pp, s4, gi, bs);
 
 #pragma unroll
 		for (int hf = 0; hf < 2; hf++) {
@@ -1741,17 +1749,13 @@ static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
 			const uint32_t u1 = *reinterpret_cast<const uint16_t *>(
 				ws + PV_C + 32 * t1 + 16 * hf + 2 * gi);
 			const uint32_t r = u0 | u1 << 16, r8 = r >> 8;
-			const __half2 bb = __hmul2(p2,
-				*reinterpret_cast<const __half2 *>(&sp[hf]));
-			const uint32_t bs = *reinterpret_cast<const uint32_t *>(
-				&bb);
 
 #pragma unroll
 			for (int k = 0; k < 4; k++)
 				mma16816(st.acc[4 * hf + k],
 					 code_pair<SUB>(r, r8, k),
 					 code_pair<SUB>(r, r8, k + 4), 0u, 0u,
-					 bs, 0u);
+					 bs[hf], 0u);
 		}
 	}
 	if (a.n > a.vrel) {
@@ -1762,7 +1766,7 @@ static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
 		 * (SUB) to both */
 		const bool v0 = t0 >= a.vrel && t0 < a.n;
 		const bool v1 = t1 >= a.vrel && t1 < a.n;
-		const uint32_t b0 = split2(bf, gi & 1, pp.x, pp.y);
+		const uint32_t b0 = split2(BF, gi & 1, pp.x, pp.y);
 		const uint4 z = make_uint4(0u, 0u, 0u, 0u);
 
 #pragma unroll
@@ -1781,7 +1785,7 @@ static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
 				float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 				const float sc = SUB ? pow2(2 * k - 24) : 1.0f;
 
-				mma16816x(bf, c,
+				mma16816x(BF, c,
 					  __byte_perm(w0[k >> 1], w1[k >> 1],
 						      sel),
 					  __byte_perm(w0[2 + (k >> 1)],
@@ -1924,13 +1928,9 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		for (int s = 0; s < 8; s++) {
 			const float f = pow2(SUB ? -ex - 2 * (s & 3) : -ex);
 			const float a = kq.q[s] * f, c = kq.q[8 + s] * f;
-			const __half2 hi = __floats2half2_rn(a, c);
-			const float2 hf = __half22float2(hi);
-			const __half2 lo = __floats2half2_rn(a - hf.x,
-							     c - hf.y);
 
-			qh[s] = *reinterpret_cast<const uint32_t *>(&hi);
-			ql[s] = *reinterpret_cast<const uint32_t *>(&lo);
+			qh[s] = split2(false, false, a, c);
+			ql[s] = split2(false, true, a, c);
 		}
 		/* each warp writes the same values to the shared copy */
 		uint4 *row = reinterpret_cast<uint4 *>(qk_s + HPC * 8 * 20 +
@@ -1991,8 +1991,6 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		stage[STAGES - 1] = done;
 	}
 	cp_wait<0>();
-	/* then the residual tail's pieces this warp takes (p.pieces): i =
-	 * split + n w + 4 n r, in the stage area */
 	TRACE(5);
 
 	/* per-warp results: the sum and the origin sums of head ti over the
@@ -2106,7 +2104,6 @@ attn_kernel(const attn_params p)
 	asm volatile("griddepcontrol.launch_dependents;\n");
 	TRACE(0);
 	int tb = split * p.fast_tps, tps = p.fast_tps, slot = split;
-
 
 	if (!FAST || (int)blockIdx.x < gen) {
 		/* the 4-CTA build keeps two raw items in flight, not four,
