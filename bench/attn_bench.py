@@ -178,7 +178,8 @@ def seal_pages(lib, keys, values, pool, first_page, page_stride, status):
         sys.exit("seal failed: %d" % rc)
 
 
-def bench_shape(lib, B, T, bw, runs, page_stride, flags, tail_hint=True):
+def bench_shape(lib, B, T, bw, runs, page_stride, flags, tail_hint=True,
+                alt_flags=None):
     torch.manual_seed(B * 1000003 + T)
     P = T // R
     kr, vr = 64, R + 1                  # a kivi step: both residuals live
@@ -245,15 +246,22 @@ def bench_shape(lib, B, T, bw, runs, page_stride, flags, tail_hint=True):
         a.stream = stream_ptr()
         a.flags = flags
         args.append(a)
-    ws_size = lib.kvs_cuda_attn_workspace(C.byref(args[0]))
+    # the same calls with other flags, timed in turn with the first
+    alt = []
+    for a in args if alt_flags is not None else []:
+        b = Attn.from_buffer_copy(a)
+        b.flags = alt_flags
+        alt.append(b)
+    ws_size = max(lib.kvs_cuda_attn_workspace(C.byref(a))
+                  for a in args[:1] + alt[:1])
     ws = torch.empty(max(ws_size, 16), dtype=torch.uint8, device="cuda")
-    for a in args:
+    for a in args + alt:
         a.workspace, a.workspace_size = ws.data_ptr(), ws_size
 
     it = [0]
 
-    def run_kvs():
-        a = args[it[0] % sets]
+    def run_kvs(calls=args):
+        a = calls[it[0] % sets]
         it[0] += 1
         a.stream = torch.cuda.current_stream().cuda_stream
         rc = lib.kvs_cuda_attend(C.byref(a))
@@ -279,6 +287,19 @@ def bench_shape(lib, B, T, bw, runs, page_stride, flags, tail_hint=True):
     sdpa_e = time_runs(run_sdpa, runs)
     kvs_t = time_graph(run_kvs, runs)
     sdpa_t = time_graph(run_sdpa, runs)
+    alt_t = []
+    if alt:
+        # alternate the two, twice, after the runs above
+        ab = []
+        for _ in range(2):
+            ab.append(time_graph(lambda: run_kvs(alt), runs)[0])
+            ab.append(time_graph(run_kvs, runs)[0])
+        alt_t, kvs_again = ab[0::2], ab[1::2]
+        print("B=%-3d T=%-7d flags %d: %s us, flags %d: %s us"
+              % (B, T, flags, " ".join("%.1f" % x for x in
+                                        [kvs_t[0]] + kvs_again),
+                 alt_flags, " ".join("%.1f" % x for x in alt_t)),
+              flush=True)
     res = {
         "batch": B, "tokens": T, "kvstash_us": kvs_t[0],
         "kvstash_p10_p90": kvs_t[1:], "sdpa_us": sdpa_t[0],
@@ -290,6 +311,8 @@ def bench_shape(lib, B, T, bw, runs, page_stride, flags, tail_hint=True):
         "sdpa_bw_share": sdpa_bytes / (sdpa_t[0] * 1e-6) / bw,
         "sets": sets, "workspace": ws_size,
     }
+    if alt:
+        res["alt_flags"], res["alt_us"] = alt_flags, alt_t
     del pool, kf, vf
     torch.cuda.empty_cache()
     return res
@@ -339,6 +362,9 @@ def main():
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--flags", type=int, default=0,
                     help="kvs_cuda_attn flags (2: the 3-CTA/SM build)")
+    ap.add_argument("--alt-flags", type=int,
+                    help="also time these flags on the same calls, in turn "
+                    "with --flags (an A/B in one process)")
     ap.add_argument("--no-seal", action="store_true")
     ap.add_argument("--no-tail-hint", action="store_true",
                     help="leave max_resid_rows 0 (tail sized by strides)")
@@ -362,7 +388,7 @@ def main():
     for spec in filter(None, opt.shapes.split(",")):
         B, T = (int(x) for x in spec.split("x"))
         r = bench_shape(lib, B, T, bw, opt.runs, page_stride, opt.flags,
-                        not opt.no_tail_hint)
+                        not opt.no_tail_hint, opt.alt_flags)
         results.append(r)
         print("B=%-3d T=%-7d kvstash %8.1f us  sdpa %8.1f us  x%.2f  "
               "bytes %6.1f MB vs %7.1f MB  bw %3.0f%% vs %3.0f%%  "
