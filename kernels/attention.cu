@@ -2050,12 +2050,14 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 			mx_s[jj] = mx;
 	}
 	__syncthreads();
-	/* the partial: 16 bytes of a head's output a thread, then (m, l) */
+	/* the partial: 16 bytes of a head's output a thread, then (m, l);
+	 * with one CTA a unit (the pieces plan at large batch) the output
+	 * itself, normalised as the merge would, which is then not launched */
 	constexpr int C4 = FAST_D / 4;
 	const float4 *o4 = reinterpret_cast<const float4 *>(o_w);
-
-	for (int e = tid; e < nh * C4; e += blockDim.x) {
-		const int jj = e / C4, c = e % C4;
+	const bool direct = p.n_slots == 1 && p.pieces;
+	/* head jj's output channels 4c .. 4c + 3 over the warps, and sum */
+	auto fold = [&](int jj, int c) {
 		float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
 #pragma unroll
@@ -2068,16 +2070,38 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 			x.z = fmaf(wt, v.z, x.z);
 			x.w = fmaf(wt, v.w, x.w);
 		}
-		reinterpret_cast<float4 *>(partial(p, b, hq0 + jj, slot))[c] =
-			x;
-	}
-	if (tid < nh) {
+		return x;
+	};
+	auto head_sum = [&](int jj) {
 		float lt = 0.0f;
 
 		for (int w = 0; w < WARPS; w++)
-			lt = fmaf(wt_s[w * HPC + tid], l_w[w * HPC + tid], lt);
-		*reinterpret_cast<float2 *>(partial(p, b, hq0 + tid, slot) +
-					    FAST_D) = make_float2(mx_s[tid], lt);
+			lt = fmaf(wt_s[w * HPC + jj], l_w[w * HPC + jj], lt);
+		return lt;
+	};
+
+	if (!direct) {
+		for (int e = tid; e < nh * C4; e += blockDim.x)
+			reinterpret_cast<float4 *>(partial(p, b, hq0 + e / C4,
+				slot))[e % C4] = fold(e / C4, e % C4);
+		if (tid < nh)
+			*reinterpret_cast<float2 *>(partial(p, b, hq0 + tid,
+							    slot) + FAST_D) =
+				make_float2(mx_s[tid], head_sum(tid));
+	} else {
+		for (int e = tid; e < nh * C4; e += blockDim.x) {
+			const int jj = e / C4;
+			const float4 x = fold(jj, e % C4);
+			const float lt = head_sum(jj);
+			const bool any = lt > 0.0f;
+			const size_t at = (size_t)(b * p.Hq + hq0) * FAST_D +
+					  4 * e;
+
+			st_elem(p.odt, p.out, at, any ? x.x / lt : 0.0f);
+			st_elem(p.odt, p.out, at + 1, any ? x.y / lt : 0.0f);
+			st_elem(p.odt, p.out, at + 2, any ? x.z / lt : 0.0f);
+			st_elem(p.odt, p.out, at + 3, any ? x.w / lt : 0.0f);
+		}
 	}
 	TRACE(6);
 }
@@ -2745,8 +2769,8 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 		fn<<<grid, WARPS * 32, smem, stream>>>(p);
 	if (!rc)
 		rc = KVS_CUDA_CHECK(cudaGetLastError());
-	if (rc)
-		return rc;
+	if (rc || (p.pieces && p.n_slots == 1))
+		return rc;      /* one CTA a unit wrote the output (fast_cta) */
 	return merge_launch(p, stream);
 }
 
