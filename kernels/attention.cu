@@ -6,7 +6,9 @@
  * heads) x splits.  Each CTA produces, for each of its query heads, an
  * unnormalised partial (acc[D], reference max m, sum l) in the log2 domain;
  * attn_merge_kernel combines the splits by log-sum-exp into one global
- * softmax per (sequence, query head).
+ * softmax per (sequence, query head).  Where the plan gives a unit one CTA
+ * (the pieces plan at large batch) that CTA writes the output itself and
+ * the merge is not launched.
  *
  * Fast CTAs (D=128, b=2, G=32, fp16 metadata) cover whole 32-token tiles
  * that are history for both Keys and Values.  Each warp streams its tiles
