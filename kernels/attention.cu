@@ -2203,12 +2203,12 @@ static __host__ __device__ __forceinline__ int merge_warps(int n)
  * One CTA per (sequence, query head), a programmatic dependent of
  * attn_kernel: it may start while the last attention CTAs run and waits
  * for their results at griddepcontrol.wait, having first run its code dry
- * (no loads, no stores) so that the merge proper does not wait for
- * instruction fetches (session 14: 0.2-0.4 us at batch 1).  Warp w takes splits w, w + W,
- * ... in chunks of MERGE_CHUNK: every lane loads the chunk's (m, l) pairs
- * and its CPL channels of each partial (channel lane + 32 j) at once, one
- * round trip, then folds them into its running (m, l, o) by log-sum-exp in
- * registers.  With one warp (up to MERGE_CHUNK splits) that is all; with
+ * (no global loads or stores) so that the merge proper does not wait for
+ * instruction fetches (session 14: 0.2-0.4 us at batch 1).  Warp w takes
+ * splits w, w + W, ... in chunks of MERGE_CHUNK: every lane loads the
+ * chunk's (m, l) pairs and its CPL channels of each partial (channel
+ * lane + 32 j) at once, one round trip, then folds them into its running
+ * (m, l, o) by log-sum-exp in registers.  With one warp (up to MERGE_CHUNK splits) that is all; with
  * more, the warps' results meet in shared memory behind one barrier.
  * (Session 9: the 256-thread merge before it spent ~1.2 us after its loads
  * on three barriers.)
@@ -2237,9 +2237,9 @@ __global__ void attn_merge_kernel(const attn_params p)
 
 	TRACE_M(0);
 	/*
-	 * Two passes through the same code: the first, a dry one with no
-	 * loads and no stores, runs while the attention grid does, so that
-	 * the second -- the merge, after griddepcontrol.wait -- finds its
+	 * Two passes through the same code: the first, a dry one that
+	 * touches no global memory, runs while the attention grid does, so
+	 * that the second -- the merge, after griddepcontrol.wait -- finds its
 	 * instructions fetched (the pass number is hidden from the compiler,
 	 * which would otherwise make two copies of the code).
 	 */
