@@ -184,6 +184,22 @@ static __device__ __forceinline__ float *partial(const attn_params &p, int b,
 		ws_pitch(p.D);
 }
 
+/* Whether a unit's only CTA writes the output itself and no merge runs
+ * (the pieces plan with one CTA a unit): fast_cta() and the launcher. */
+static __host__ __device__ __forceinline__ bool unit_writes_out(
+	const attn_params &p)
+{
+	return p.pieces && p.n_slots == 1;
+}
+
+/* Output element @i of the normalised sum: @x / @l, or 0 where @l is 0
+ * (no token), as the merge and a unit's only CTA write it. */
+static __device__ __forceinline__ void out_elem(const attn_params &p,
+						size_t i, float x, float l)
+{
+	st_elem(p.odt, p.out, i, l > 0.0f ? x / l : 0.0f);
+}
+
 static __device__ __forceinline__ const uint8_t *page_of(const attn_params &p,
 							 int b, int tok)
 {
@@ -2057,7 +2073,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 	 * itself, normalised as the merge would, which is then not launched */
 	constexpr int C4 = FAST_D / 4;
 	const float4 *o4 = reinterpret_cast<const float4 *>(o_w);
-	const bool direct = p.n_slots == 1 && p.pieces;
+	const bool direct = unit_writes_out(p);
 	/* head jj's output channels 4c .. 4c + 3 over the warps, and sum */
 	auto fold = [&](int jj, int c) {
 		float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -2095,14 +2111,13 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 			const int jj = e / C4;
 			const float4 x = fold(jj, e % C4);
 			const float lt = head_sum(jj);
-			const bool any = lt > 0.0f;
 			const size_t at = (size_t)(b * p.Hq + hq0) * FAST_D +
 					  4 * e;
 
-			st_elem(p.odt, p.out, at, any ? x.x / lt : 0.0f);
-			st_elem(p.odt, p.out, at + 1, any ? x.y / lt : 0.0f);
-			st_elem(p.odt, p.out, at + 2, any ? x.z / lt : 0.0f);
-			st_elem(p.odt, p.out, at + 3, any ? x.w / lt : 0.0f);
+			out_elem(p, at, x.x, lt);
+			out_elem(p, at + 1, x.y, lt);
+			out_elem(p, at + 2, x.z, lt);
+			out_elem(p, at + 3, x.w, lt);
 		}
 	}
 	TRACE(6);
@@ -2208,8 +2223,9 @@ static __host__ __device__ __forceinline__ int merge_warps(int n)
  * splits w, w + W, ... in chunks of MERGE_CHUNK: every lane loads the
  * chunk's (m, l) pairs and its CPL channels of each partial (channel
  * lane + 32 j) at once, one round trip, then folds them into its running
- * (m, l, o) by log-sum-exp in registers.  With one warp (up to MERGE_CHUNK splits) that is all; with
- * more, the warps' results meet in shared memory behind one barrier.
+ * (m, l, o) by log-sum-exp in registers.  With one warp (up to MERGE_CHUNK
+ * splits) that is all; with more, the warps' results meet in shared memory
+ * behind one barrier.
  * (Session 9: the 256-thread merge before it spent ~1.2 us after its loads
  * on three barriers.)
  */
@@ -2350,8 +2366,7 @@ __global__ void attn_merge_kernel(const attn_params p)
 		const int c = lane + 32 * j;
 
 		if (c < D)
-			st_elem(p.odt, p.out, (size_t)(b * p.Hq + qh) * D + c,
-				l > 0.0f ? o[j] / l : 0.0f);
+			out_elem(p, (size_t)(b * p.Hq + qh) * D + c, o[j], l);
 	}
 	TRACE_M(2);
 }
@@ -2771,8 +2786,8 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 		fn<<<grid, WARPS * 32, smem, stream>>>(p);
 	if (!rc)
 		rc = KVS_CUDA_CHECK(cudaGetLastError());
-	if (rc || (p.pieces && p.n_slots == 1))
-		return rc;      /* one CTA a unit wrote the output (fast_cta) */
+	if (rc || unit_writes_out(p))
+		return rc;
 	return merge_launch(p, stream);
 }
 
