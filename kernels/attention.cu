@@ -108,6 +108,24 @@ struct attn_params {
 #endif
 };
 
+/*
+ * Diagnostic build only (-DKVS_ATTN_PARTS=mask, bench/attn_parts.sh): the
+ * fast tile taken apart, to measure what each part costs.  Results are
+ * wrong on purpose, times real.  Bits: 1 compute only (each warp's first
+ * two tiles copied, then computed over and over); 2 no Key MMAs (nor their
+ * code loads and ANDs); 4 no Value update; 8 no Key B operand (nor the
+ * origin dot); 16 no Value origin sums; 32 copy only (no tile compute);
+ * 64 the code operands by IMAD with an opaque 1 (the FMA pipe) instead of
+ * the ALU's LOP3.
+ */
+#ifndef KVS_ATTN_PARTS
+#define KVS_ATTN_PARTS 0
+#endif
+#define PART_OFF(bit) ((KVS_ATTN_PARTS & (bit)) != 0)
+#if KVS_ATTN_PARTS & 64
+__constant__ uint32_t parts_one[8] = { 1, 1, 1, 1, 1, 1, 1, 1 };
+#endif
+
 #ifdef KVS_ATTN_TRACE
 /*
  * Diagnostic build only (-DKVS_ATTN_TRACE): %globaltimer at fixed points of
@@ -1068,6 +1086,10 @@ static __device__ __forceinline__ uint32_t code_pair(uint32_t w, uint32_t w8,
 	const uint32_t x = pos < 4 ? w : w8;
 	const int k = pos & 3;
 
+#if KVS_ATTN_PARTS & 64
+	if (SUB)
+		return x * parts_one[pos];
+#endif
 	if (SUB)
 		return x & (0x00030003u << (2 * k));
 	const uint32_t y = ((x >> (2 * k)) & 0x00030003u) | 0x64006400u;
@@ -1443,7 +1465,8 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 	const int gi = lane >> 2, ti = lane & 3;
 
 	/* Key: B operand through shared memory, A from the codes */
-	const float a_j = key_b<QSH>(sg, kq, scratch, lane);
+	const float a_j = PART_OFF(8) ? kq.ls :
+			  key_b<QSH>(sg, kq, scratch, lane);
 	/* per 16-token M-block, one accumulator chain of eight MMAs; each
 	 * ldmatrix of B (two K-blocks) serves both M-blocks */
 	const uint8_t *brow = scratch + (lane & 7) * KB_PITCH +
@@ -1461,7 +1484,7 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 			c[mb][e] = 0.0f;
 	}
 #pragma unroll
-	for (int pr = 0; pr < 4; pr++) {
+	for (int pr = 0; pr < (PART_OFF(2) ? 0 : 4); pr++) {
 		uint32_t b[4];
 
 		ldsm4<false>(b, brow + 64 * pr);
@@ -1505,13 +1528,15 @@ static __device__ __forceinline__ void fast_tile(const uint8_t *sg,
 		/* the token's Value origins, groups 0-1 and 2-3 */
 		psum += pr;
 		p_s[ti * P_PITCH + tok] = pr;
-		origin_fma(st, pr, *reinterpret_cast<const uint2 *>(
-				   sg + T_VO + 8 * tok));
+		if (!PART_OFF(16))
+			origin_fma(st, pr, *reinterpret_cast<const uint2 *>(
+					   sg + T_VO + 8 * tok));
 	}
 	st.l += psum;
 	__syncwarp();
 
-	value_update<SUB>(sg, p_s, st, lane);
+	if (!PART_OFF(4))
+		value_update<SUB>(sg, p_s, st, lane);
 	__syncwarp();
 }
 
@@ -1991,7 +2016,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		ring_start();
 	}
 	for (int k = 0; k < mine; k++) {
-		if (k + STAGES - 1 < mine) {
+		if (k + STAGES - 1 < mine && (!PART_OFF(1) || k == 0)) {
 			issue_tile(p, cur, pages, stage[STAGES - 1]);
 			cursor_next(cur, p);
 		}
@@ -2000,7 +2025,9 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		__syncwarp();
 		if (k == 0)
 			TRACE(4);
-		fast_tile<SUB, QSH>(stage[0], kq, scratch, p_s, st, lane);
+		if (!PART_OFF(32))
+			fast_tile<SUB, QSH>(stage[0], kq, scratch, p_s, st,
+					    lane);
 		/* rotate the ring: the stage just read is refilled next */
 		uint8_t *done = stage[0];
 #pragma unroll

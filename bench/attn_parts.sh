@@ -1,0 +1,44 @@
+#!/bin/bash
+# attn_parts.sh - the fast attention tile taken apart, on the GPU machine.
+#
+# Builds libkvstash_cuda.so once per parts mask (kernels/attention.cu,
+# KVS_ATTN_PARTS: 1 compute only, 2 no Key MMAs, 4 no Value update, 8 no
+# Key B operand, 16 no Value origin sums, 32 copy only, 64 code operands on
+# the FMA pipe) in build-parts-<mask>/, then times each with
+# bench/attn_bench.py, mask 0 (the real kernel) first and last, and prints
+# one line per mask and shape.  Results of masks other than 0 are wrong on
+# purpose: the times say what each part costs.  Run from the project root
+# after `source <devdeps>/install.sh`.
+#
+# usage: bench/attn_parts.sh [shapes [masks...]]
+#        default: 8x32768,1x32768,32x8192 and 1 32 3 5 9 17 65 2 4 8 6 64
+set -o pipefail
+shapes=${1:-8x32768,1x32768,32x8192}
+shift
+masks=${*:-1 32 3 5 9 17 65 2 4 8 6 64}
+jobs_max=$(( $(nproc) / 3 ))
+[ "$jobs_max" -ge 1 ] || jobs_max=1
+
+for m in 0 $masks; do
+	(
+		meson setup "build-parts-$m" -Dcuda=enabled -Dtests=disabled \
+			-Dfuzz=disabled "-Dcuda_args=-DKVS_ATTN_PARTS=$m" \
+			>/dev/null 2>&1 &&
+			ninja -C "build-parts-$m" -j3 kernels/libkvstash_cuda.so \
+				>/dev/null 2>&1 ||
+			echo "attn_parts: mask $m did not build" >&2
+	) &
+	while [ "$(jobs -r | wc -l)" -ge "$jobs_max" ]; do
+		sleep 1
+	done
+done
+wait
+
+echo "mask shape kvstash_us sdpa_us ratio bw_share"
+for m in 0 $masks 0; do
+	lib="build-parts-$m/kernels/libkvstash_cuda.so"
+	[ -f "$lib" ] || continue
+	python3 bench/attn_bench.py --lib "$lib" --no-seal --runs 30 \
+		--shapes "$shapes" 2>&1 |
+		grep -E '^[0-9]+x[0-9]+ ' | sed "s/^/$m /"
+done
