@@ -3,6 +3,7 @@
 # (warnings as errors), run the 'gpu' test suite, then the benchmark.
 # Logs and JSON go to $OUT.  Run from the project root, under bash, after
 # `source <devdeps>/install.sh`.  Usage: bench/gpu_run.sh [bench args...]
+# (SANITIZE=1: the attention test under memcheck and racecheck as well).
 set -o pipefail
 out=${OUT:-/tmp/kvs-out}
 mkdir -p "$out"
@@ -17,6 +18,18 @@ meson test -C build-gpu --suite gpu --print-errorlogs --num-processes 1 \
 	2>&1 | tail -15
 cp build-gpu/meson-logs/testlog.txt "$out/testlog.txt"
 grep -E "worst|seed|SKIP|error" build-gpu/meson-logs/testlog.txt | head -40
+if [ -n "$SANITIZE" ]; then
+	# the attention test under compute-sanitizer: memory errors, then
+	# shared-memory races (both clean since session 15)
+	cs=$(command -v compute-sanitizer ||
+		ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+	for tool in memcheck racecheck; do
+		"$cs" --tool "$tool" --error-exitcode 9 \
+			build-gpu/tests/gpu/test_kernels_attention \
+			>"$out/$tool.log" 2>&1
+		echo "$tool: exit $?, $(grep -E 'SUMMARY' "$out/$tool.log")"
+	done
+fi
 PYTHONUNBUFFERED=1 python3 bench/attn_bench.py \
 	--lib build-gpu/kernels/libkvstash_cuda.so --json "$out/bench.json" \
 	"$@" 2>&1 | tee "$out/bench.log"

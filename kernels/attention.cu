@@ -66,8 +66,9 @@
 #define SCRATCH_BYTES (8 * KB_PITCH)
 /* per-warp shared memory: stages, scratch, p[4][P_PITCH] */
 #define WARP_SMEM (STAGES * TILE_BYTES + SCRATCH_BYTES + HPC * P_PITCH * 4)
-/* query rows [head][w][20]: fp32 channels, then the Key B pairs (qh, ql) */
-#define QK_FLOATS (2 * HPC * 8 * 20)
+/* query rows [head][w][20]: fp32 channels, then each warp's copy of the
+ * Key B pairs (qh, ql), [warp][lane][20] */
+#define QK_FLOATS ((1 + WARPS) * HPC * 8 * 20)
 /* tile byte offsets inside a stage */
 #define T_KC 0
 #define T_KO 1024
@@ -1975,9 +1976,10 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 			qh[s] = split2(false, false, a, c);
 			ql[s] = split2(false, true, a, c);
 		}
-		/* each warp writes the same values to the shared copy */
-		uint4 *row = reinterpret_cast<uint4 *>(qk_s + HPC * 8 * 20 +
-						       lane * 20);
+		/* the warp's own copy (one copy written by every warp, the
+		 * same values, was a race that racecheck reports) */
+		uint4 *row = reinterpret_cast<uint4 *>(
+			qk_s + HPC * 8 * 20 * (1 + warp) + lane * 20);
 		kq.qsh = row;
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
