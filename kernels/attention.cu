@@ -1213,9 +1213,9 @@ static __device__ __forceinline__ void issue_tile(const attn_params &p,
 
 /* Lane (h, w)'s query channels 16w .. 16w+15 of head h, scaled to log2
  * units (origin dot), and as the Key B operand's fp16 pairs (key_operand),
- * in registers or (QSH, the 4-CTA build) reread from shared memory at
- * @qsh for every tile; ls undoes the B operand's scale for head ti, the
- * lane's logit column. */
+ * in registers or (QSH, the 4-CTA build) reread from the warp's own copy
+ * in shared memory at @qsh for every tile; ls undoes the B operand's scale
+ * for head ti, the lane's logit column. */
 struct key_query {
 	float q[16];
 	uint4 qp[4];            /* qh[2i], qh[2i+1], ql[2i], ql[2i+1] */
