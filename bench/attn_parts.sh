@@ -7,8 +7,9 @@
 # the FMA pipe) in build-parts-<mask>/, then times each with
 # bench/attn_bench.py, mask 0 (the real kernel) first and last, and prints
 # one line per mask and shape.  Results of masks other than 0 are wrong on
-# purpose: the times say what each part costs.  Run from the project root
-# after `source <devdeps>/install.sh`.
+# purpose: the times say what each part costs.  Then, per shape, each
+# mask's time against the kernel's.  Run from the project root after
+# `source <devdeps>/install.sh`.
 #
 # usage: bench/attn_parts.sh [shapes [masks...]]
 #        default: 8x32768,1x32768,32x8192 and 1 32 3 5 9 17 65 2 4 8 6 64
@@ -34,11 +35,26 @@ for m in 0 $masks; do
 done
 wait
 
+lines=$(mktemp)
+trap 'rm -f "$lines"' EXIT
 echo "mask shape kvstash_us sdpa_us ratio bw_share"
 for m in 0 $masks 0; do
 	lib="build-parts-$m/kernels/libkvstash_cuda.so"
 	[ -f "$lib" ] || continue
 	python3 bench/attn_bench.py --lib "$lib" --no-seal --runs 30 \
 		--shapes "$shapes" 2>&1 |
-		grep -E '^[0-9]+x[0-9]+ ' | sed "s/^/$m /"
+		grep -E '^[0-9]+x[0-9]+ ' | sed "s/^/$m /" | tee -a "$lines"
 done
+# per shape: each mask's median time against the kernel's (mask 0, the
+# mean of its two passes)
+echo
+echo "shape mask us vs_kernel"
+awk '$1 == 0 { k[$2] += $3; nk[$2]++ }
+     { t[$2 " " $1] = $3; if (!(($2 " " $1) in seen)) {
+	       seen[$2 " " $1] = 1; order[++n] = $2 " " $1 } }
+     END { for (i = 1; i <= n; i++) {
+		   split(order[i], a, " ")
+		   base = k[a[1]] / nk[a[1]]
+		   v = a[2] == 0 ? base : t[order[i]]
+		   printf "%s %s %.1f %+.1f%%\n", a[1], a[2], v,
+			  100 * (v / base - 1) } }' "$lines" | sort -s -k1,1
