@@ -66,9 +66,11 @@
 #define SCRATCH_BYTES (8 * KB_PITCH)
 /* per-warp shared memory: stages, scratch, p[4][P_PITCH] */
 #define WARP_SMEM (STAGES * TILE_BYTES + SCRATCH_BYTES + HPC * P_PITCH * 4)
-/* query rows [head][w][20]: fp32 channels, then each warp's copy of the
- * Key B pairs (qh, ql), [warp][lane][20] */
-#define QK_FLOATS ((1 + WARPS) * HPC * 8 * 20)
+/* query rows [head][w][QK_PITCH]: fp32 channels (QK_PART floats), then
+ * each warp's copy of the Key B pairs (qh, ql), [warp][lane][QK_PITCH] */
+#define QK_PITCH 20       /* 16 floats, padded against bank conflicts */
+#define QK_PART (HPC * 8 * QK_PITCH)
+#define QK_FLOATS ((1 + WARPS) * QK_PART)
 /* tile byte offsets inside a stage */
 #define T_KC 0
 #define T_KO 1024
@@ -1732,15 +1734,15 @@ static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
 		 * (gi odd), in channel order; the logit scale 2^ex */
 		const float lsh = __shfl_sync(0xffffffffu, kq.ls, gi >> 1);
 		const float qs = (SUB ? pow2(24) : 1.0f) / lsh;
-		const float *qrow = qk_s + (gi >> 1) * 8 * 20;
+		const float *qrow = qk_s + (gi >> 1) * 8 * QK_PITCH;
 		float c[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 
 #pragma unroll
 		for (int kb = 0; kb < 8; kb++) {
 			const float2 q0 = *reinterpret_cast<const float2 *>(
-				qrow + kb * 20 + 2 * ti);
+				qrow + kb * QK_PITCH + 2 * ti);
 			const float2 q1 = *reinterpret_cast<const float2 *>(
-				qrow + kb * 20 + 8 + 2 * ti);
+				qrow + kb * QK_PITCH + 8 + 2 * ti);
 			const uint32_t b0 = split2(BF, gi & 1, q0.x * qs,
 						   q0.y * qs);
 			const uint32_t b1 = split2(BF, gi & 1, q1.x * qs,
@@ -1861,10 +1863,11 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 	uint8_t *wsm = smem + warp * WARP_SMEM;
 	uint8_t *scratch = wsm + STAGES * TILE_BYTES;
 	float *p_s = reinterpret_cast<float *>(scratch + SCRATCH_BYTES);
-	/* the scaled query rows [head][w][20] (16 channels, padded against
-	 * bank conflicts), then this CTA's page indices, staged once: all
-	 * the split could cover, read while the sequence's lengths are
-	 * (entries past its end are in the table and never used) */
+	/* the scaled query rows [head][w][QK_PITCH] (16 channels, padded
+	 * against bank conflicts) and the warps' Key B pairs, then this CTA's
+	 * page indices, staged once: all the split could cover, read while
+	 * the sequence's lengths are (entries past its end are in the table
+	 * and never used) */
 	float *qk_s = reinterpret_cast<float *>(smem + WARPS * WARP_SMEM);
 	int32_t *pages = reinterpret_cast<int32_t *>(qk_s + QK_FLOATS);
 	const int page0 = tb * TILE / p.S;
@@ -1900,7 +1903,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 	for (int k = 0; k < QV; k++) {
 		const int e = tid + k * WARPS * 32, d = e % FAST_D;
 
-		qk_s[(e / FAST_D * 8 + d / 16) * 20 + d % 16] =
+		qk_s[(e / FAST_D * 8 + d / 16) * QK_PITCH + d % 16] =
 			bits_float(p.qdt, qv[k]) * p.scale_log2;
 	}
 	fast_state st;
@@ -1944,7 +1947,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 	key_query kq;
 	{
 		const float4 *qv = reinterpret_cast<const float4 *>(
-			qk_s + lane * 20);
+			qk_s + lane * QK_PITCH);
 		float mx = 0.0f;
 		int ex = 0;
 
@@ -1979,7 +1982,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		/* the warp's own copy (one copy written by every warp, the
 		 * same values, was a race that racecheck reports) */
 		uint4 *row = reinterpret_cast<uint4 *>(
-			qk_s + HPC * 8 * 20 * (1 + warp) + lane * 20);
+			qk_s + QK_PART * (1 + warp) + lane * QK_PITCH);
 		kq.qsh = row;
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
