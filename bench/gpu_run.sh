@@ -3,7 +3,9 @@
 # (warnings as errors), run the 'gpu' test suite, then the benchmark.
 # Logs and JSON go to $OUT.  Run from the project root, under bash, after
 # `source <devdeps>/install.sh`.  Usage: bench/gpu_run.sh [bench args...]
-# (SANITIZE=1: the attention test under memcheck and racecheck as well).
+# (SANITIZE=1: the attention test under memcheck and racecheck as well;
+# NCU=1: Nsight Compute sections and the tile loop's stalls by opcode,
+# bench/ncu_stalls.py, where the machine lets ncu read the counters).
 set -o pipefail
 out=${OUT:-/tmp/kvs-out}
 mkdir -p "$out"
@@ -49,4 +51,15 @@ if [ -n "$NCU" ]; then
 		--lib build-gpu/kernels/libkvstash_cuda.so >"$out/ncu_seal.txt" 2>&1
 	grep -E "Throughput|Duration|Warp Cycles|Issue|Occupancy|Stall|Registers|Waves" \
 		"$out/ncu.txt" | head -40
+	# stall samples per SASS instruction, summed by opcode over the tile
+	# loop (session 16)
+	ncu --clock-control none -k regex:attn_kernel -c 1 --set full \
+		-o "$out/attn" python3 bench/attn_bench.py --shapes 8x32768 \
+		--runs 2 --no-seal --lib build-gpu/kernels/libkvstash_cuda.so \
+		>"$out/ncu_full.log" 2>&1
+	ncu -i "$out/attn.ncu-rep" --page source --csv --print-source sass \
+		>"$out/sass.csv" 2>&1
+	python3 bench/ncu_stalls.py "$out/sass.csv" | tee "$out/stalls.txt"
+	rm -f "$out/attn.ncu-rep"
+	gzip -f "$out/sass.csv"
 fi
