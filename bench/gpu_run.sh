@@ -39,27 +39,23 @@ PYTHONUNBUFFERED=1 python3 bench/attn_bench.py --flags 2 --no-seal \
 	--shapes 8x32768,1x32768 --runs 30 \
 	--lib build-gpu/kernels/libkvstash_cuda.so 2>&1 | tee "$out/bench_occ3.log"
 if [ -n "$NCU" ]; then
-	ncu --clock-control none -k regex:attn_kernel -c 1 \
-		--section SpeedOfLight --section Occupancy \
-		--section WarpStateStats --section SchedulerStats \
-		--section LaunchStats --section MemoryWorkloadAnalysis \
-		python3 bench/attn_bench.py --shapes 8x32768 --runs 2 --no-seal \
-		--lib build-gpu/kernels/libkvstash_cuda.so >"$out/ncu.txt" 2>&1
+	# one profile of the attention kernel at (8, 32K), full set: its
+	# sections (ncu.txt), then its stall samples per SASS instruction
+	# summed by opcode over the tile loop (session 16)
+	lib=build-gpu/kernels/libkvstash_cuda.so
+	ncu --clock-control none -k regex:attn_kernel -c 1 --set full \
+		-o "$out/attn" python3 bench/attn_bench.py --shapes 8x32768 \
+		--runs 2 --no-seal --lib "$lib" >"$out/ncu_run.log" 2>&1
+	ncu -i "$out/attn.ncu-rep" --page details >"$out/ncu.txt" 2>&1
+	ncu -i "$out/attn.ncu-rep" --page source --csv --print-source sass \
+		>"$out/sass.csv" 2>&1
+	rm -f "$out/attn.ncu-rep"
 	ncu --clock-control none -k regex:seal_ -c 1 \
 		--section SpeedOfLight --section WarpStateStats \
 		python3 bench/attn_bench.py --shapes 1x32768 --runs 2 \
-		--lib build-gpu/kernels/libkvstash_cuda.so >"$out/ncu_seal.txt" 2>&1
+		--lib "$lib" >"$out/ncu_seal.txt" 2>&1
 	grep -E "Throughput|Duration|Warp Cycles|Issue|Occupancy|Stall|Registers|Waves" \
 		"$out/ncu.txt" | head -40
-	# stall samples per SASS instruction, summed by opcode over the tile
-	# loop (session 16)
-	ncu --clock-control none -k regex:attn_kernel -c 1 --set full \
-		-o "$out/attn" python3 bench/attn_bench.py --shapes 8x32768 \
-		--runs 2 --no-seal --lib build-gpu/kernels/libkvstash_cuda.so \
-		>"$out/ncu_full.log" 2>&1
-	ncu -i "$out/attn.ncu-rep" --page source --csv --print-source sass \
-		>"$out/sass.csv" 2>&1
 	python3 bench/ncu_stalls.py "$out/sass.csv" | tee "$out/stalls.txt"
-	rm -f "$out/attn.ncu-rep"
 	gzip -f "$out/sass.csv"
 fi
