@@ -13,6 +13,13 @@ same bandwidth.  The headline times are per call from CUDA-graph replays of
 launch overhead included) are printed beside them.  --json writes every
 figure.
 
+The GPU's SM clock and power are sampled (nvidia-smi, every 50 ms) while
+kvstash is timed: under sustained load the H200 reaches its 700 W cap and
+lowers the SM clock, which slows this kernel (it is bound by the SMs) and
+not SDPA (bound by memory).  --sustained S times both again after S
+seconds of back-to-back kvstash calls, at the clock such a load settles
+at (docs/KERNELS.md, session 17).
+
 usage: attn_bench.py [--lib build-gpu/kernels/libkvstash_cuda.so]
                      [--shapes 1x32768,8x32768,8x131072,32x8192] [--json F]
 """
@@ -21,7 +28,9 @@ import ctypes as C
 import json
 import math
 import statistics
+import subprocess
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -146,6 +155,58 @@ def time_graph(fn, runs, reps=10):
         times[(len(times) * 9) // 10]
 
 
+class GpuState:
+    """SM clock (MHz), power (W, nvidia-smi's one-second average) and
+    clock-limit reasons sampled every 50 ms while the block runs; summary()
+    is None where nvidia-smi is missing."""
+
+    def __enter__(self):
+        try:
+            self.p = subprocess.Popen(
+                ["nvidia-smi", "--query-gpu=clocks.sm,power.draw,"
+                 "clocks_throttle_reasons.active",
+                 "--format=csv,noheader,nounits", "-lms", "50"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            self.p = None
+        time.sleep(0.1)
+        return self
+
+    def __exit__(self, *exc):
+        self.rows = []
+        if self.p is None:
+            return False
+        self.p.terminate()
+        out = self.p.communicate()[0]
+        for line in out.splitlines():
+            f = [x.strip() for x in line.split(",")]
+            try:
+                self.rows.append((float(f[0]), float(f[1]), int(f[2], 16)))
+            except (ValueError, IndexError):
+                pass
+        return False
+
+    def summary(self):
+        if not self.rows:
+            return None
+        mhz = sorted(r[0] for r in self.rows)
+        reasons = 0
+        for r in self.rows:
+            reasons |= r[2]
+        return {"sm_mhz_median": statistics.median(mhz),
+                "sm_mhz_min": mhz[0],
+                "power_w_max": max(r[1] for r in self.rows),
+                "power_cap": bool(reasons & 0x4)}
+
+
+def state_str(st):
+    if not st:
+        return "clock n/a"
+    return "SM %.0f MHz (min %.0f), %.0f W%s" % (
+        st["sm_mhz_median"], st["sm_mhz_min"], st["power_w_max"],
+        ", power cap" if st["power_cap"] else "")
+
+
 def copy_bandwidth():
     """Device-to-device copy, bytes read + written per second."""
     n = 1 << 30
@@ -179,7 +240,7 @@ def seal_pages(lib, keys, values, pool, first_page, page_stride, status):
 
 
 def bench_shape(lib, B, T, bw, runs, page_stride, flags, tail_hint=True,
-                alt_flags=None):
+                alt_flags=None, sustained=0.0):
     torch.manual_seed(B * 1000003 + T)
     P = T // R
     kr, vr = 64, R + 1                  # a kivi step: both residuals live
@@ -273,6 +334,22 @@ def bench_shape(lib, B, T, bw, runs, page_stride, flags, tail_hint=True,
     torch.cuda.synchronize()
     if not torch.isfinite(out).all():
         sys.exit("kvstash output not finite at %dx%d" % (B, T))
+    if alt:
+        # the other flags must compute the same attention (up to the
+        # order of the sums)
+        ref = out.float().clone()
+        out.fill_(float("nan"))
+        it[0] = 0                       # the same page set as ref's
+        run_kvs(alt)
+        torch.cuda.synchronize()
+        err = ((out.float() - ref).abs().max() /
+               ref.abs().max().clamp_min(1e-30)).item()
+        print("B=%-3d T=%-7d flags %d against %d: max difference %.2e of "
+              "the largest output" % (B, T, alt_flags, flags, err),
+              flush=True)
+        if not err <= 2e-3:             # each within 1e-3 of the exact
+            sys.exit("the two flags disagree")
+        it[0] = 0
 
     qs = q.view(B, HQ, 1, D)
     jt = [0]
@@ -285,7 +362,9 @@ def bench_shape(lib, B, T, bw, runs, page_stride, flags, tail_hint=True,
 
     kvs_e = time_runs(run_kvs, runs)
     sdpa_e = time_runs(run_sdpa, runs)
-    kvs_t = time_graph(run_kvs, runs)
+    with GpuState() as g:
+        kvs_t = time_graph(run_kvs, runs)
+    kvs_state = g.summary()
     sdpa_t = time_graph(run_sdpa, runs)
     alt_t = []
     if alt:
@@ -300,8 +379,28 @@ def bench_shape(lib, B, T, bw, runs, page_stride, flags, tail_hint=True,
                                         [kvs_t[0]] + kvs_again),
                  alt_flags, " ".join("%.1f" % x for x in alt_t)),
               flush=True)
+    held = None
+    if sustained > 0:
+        # back-to-back calls until the power average has settled, then
+        # both timed again at the clock that load runs at
+        t_end = time.time() + sustained
+        while time.time() < t_end:
+            time_graph(run_kvs, 20)
+        with GpuState() as g:
+            kvs_h = time_graph(run_kvs, runs)
+        sdpa_h = time_graph(run_sdpa, runs)
+        held = {"kvstash_us": kvs_h[0], "sdpa_us": sdpa_h[0],
+                "speedup": sdpa_h[0] / kvs_h[0],
+                "kvstash_bw_share": kv_bytes / (kvs_h[0] * 1e-6) / bw,
+                "state": g.summary()}
+        print("B=%-3d T=%-7d after %.0f s of calls: kvstash %.1f us, sdpa "
+              "%.1f us, x%.2f, bw %.0f%% (%s)"
+              % (B, T, sustained, kvs_h[0], sdpa_h[0], held["speedup"],
+                 100 * held["kvstash_bw_share"], state_str(held["state"])),
+              flush=True)
     res = {
         "batch": B, "tokens": T, "kvstash_us": kvs_t[0],
+        "kvstash_state": kvs_state, "sustained": held,
         "kvstash_p10_p90": kvs_t[1:], "sdpa_us": sdpa_t[0],
         "sdpa_p10_p90": sdpa_t[1:], "speedup": sdpa_t[0] / kvs_t[0],
         "kvstash_eager_us": kvs_e[0], "sdpa_eager_us": sdpa_e[0],
@@ -371,6 +470,9 @@ def main():
     ap.add_argument("--page-stride", type=int, default=0,
                     help="bytes between pool pages (a multiple of 256, at "
                     "least a block image; default: the image rounded up)")
+    ap.add_argument("--sustained", type=float, default=0.0,
+                    metavar="S", help="also time both after S seconds of "
+                    "back-to-back kvstash calls (the power-capped clock)")
     ap.add_argument("--json")
     opt = ap.parse_args()
     lib = load(opt.lib)
@@ -388,7 +490,8 @@ def main():
     for spec in filter(None, opt.shapes.split(",")):
         B, T = (int(x) for x in spec.split("x"))
         r = bench_shape(lib, B, T, bw, opt.runs, page_stride, opt.flags,
-                        not opt.no_tail_hint, opt.alt_flags)
+                        not opt.no_tail_hint, opt.alt_flags,
+                        opt.sustained)
         results.append(r)
         print("B=%-3d T=%-7d kvstash %8.1f us  sdpa %8.1f us  x%.2f  "
               "bytes %6.1f MB vs %7.1f MB  bw %3.0f%% vs %3.0f%%  "
@@ -398,6 +501,8 @@ def main():
                  100 * r["kvstash_bw_share"], 100 * r["sdpa_bw_share"],
                  r["kvstash_eager_us"], r["sdpa_eager_us"],
                  r["speedup_eager"]), flush=True)
+        print("             kvstash timed at %s" % state_str(
+            r["kvstash_state"]), flush=True)
     seal = None if opt.no_seal else bench_seal(lib, bw, opt.runs,
                                                 page_stride)
     if seal:

@@ -5,7 +5,9 @@
 # `source <devdeps>/install.sh`.  Usage: bench/gpu_run.sh [bench args...]
 # (SANITIZE=1: the attention test under memcheck and racecheck as well;
 # NCU=1: Nsight Compute sections and the tile loop's stalls by opcode,
-# bench/ncu_stalls.py, where the machine lets ncu read the counters).
+# bench/ncu_stalls.py, where the machine lets ncu read the counters;
+# SUSTAINED=S: seconds of back-to-back calls before the power-capped
+# timing, default 3, 0 skips it).
 set -o pipefail
 out=${OUT:-/tmp/kvs-out}
 mkdir -p "$out"
@@ -34,6 +36,7 @@ if [ -n "$SANITIZE" ]; then
 fi
 PYTHONUNBUFFERED=1 python3 bench/attn_bench.py \
 	--lib build-gpu/kernels/libkvstash_cuda.so --json "$out/bench.json" \
+	--sustained "${SUSTAINED:-3}" \
 	"$@" 2>&1 | tee "$out/bench.log"
 PYTHONUNBUFFERED=1 python3 bench/attn_bench.py --flags 2 --no-seal \
 	--shapes 8x32768,1x32768 --runs 30 \
