@@ -13,8 +13,8 @@ same bandwidth.  The headline times are per call from CUDA-graph replays of
 launch overhead included) are printed beside them.  --json writes every
 figure.
 
-The GPU's SM clock and power are sampled (nvidia-smi, every 50 ms) while
-kvstash is timed: under sustained load the H200 reaches its 700 W cap and
+The GPU's SM clock and power are sampled (nvidia-smi, every 50 ms) around
+kvstash's timing: under sustained load the H200 reaches its 700 W cap and
 lowers the SM clock, which slows this kernel (it is bound by the SMs) and
 not SDPA (bound by memory).  --sustained S times both again after S
 seconds of back-to-back kvstash calls, at the clock such a load settles
@@ -157,8 +157,10 @@ def time_graph(fn, runs, reps=10):
 
 class GpuState:
     """SM clock (MHz), power (W, nvidia-smi's one-second average) and
-    clock-limit reasons sampled every 50 ms while the block runs; summary()
-    is None where nvidia-smi is missing."""
+    clock-limit reasons sampled every 50 ms around the block (nvidia-smi
+    takes ~0.1 s to start, and samples for 0.15 s after it, so a short
+    block's figures are those just after it); summary() is None where
+    nvidia-smi is missing."""
 
     def __enter__(self):
         try:
@@ -169,13 +171,13 @@ class GpuState:
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         except OSError:
             self.p = None
-        time.sleep(0.1)
         return self
 
     def __exit__(self, *exc):
         self.rows = []
         if self.p is None:
             return False
+        time.sleep(0.15)
         self.p.terminate()
         out = self.p.communicate()[0]
         for line in out.splitlines():
@@ -384,9 +386,12 @@ def bench_shape(lib, B, T, bw, runs, page_stride, flags, tail_hint=True,
         # back-to-back calls until the power average has settled, then
         # both timed again at the clock that load runs at
         t_end = time.time() + sustained
-        while time.time() < t_end:
+        while time.time() < t_end - 1.0:
             time_graph(run_kvs, 20)
         with GpuState() as g:
+            # the last second of the load, sampled, then the timing
+            while time.time() < t_end:
+                time_graph(run_kvs, 20)
             kvs_h = time_graph(run_kvs, runs)
         sdpa_h = time_graph(run_sdpa, runs)
         held = {"kvstash_us": kvs_h[0], "sdpa_us": sdpa_h[0],
