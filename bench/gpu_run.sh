@@ -38,9 +38,11 @@ PYTHONUNBUFFERED=1 python3 bench/attn_bench.py \
 	--lib build-gpu/kernels/libkvstash_cuda.so --json "$out/bench.json" \
 	--sustained "${SUSTAINED:-3}" \
 	"$@" 2>&1 | tee "$out/bench.log"
-PYTHONUNBUFFERED=1 python3 bench/attn_bench.py --flags 2 --no-seal \
-	--shapes 8x32768,1x32768 --runs 30 \
-	--lib build-gpu/kernels/libkvstash_cuda.so 2>&1 | tee "$out/bench_occ3.log"
+# the plan's choice of build (the 3-CTA one at small batch) against the
+# 4-CTA build forced (flags 8), in one process
+PYTHONUNBUFFERED=1 python3 bench/attn_bench.py --flags 0 --alt-flags 8 \
+	--no-seal --shapes 1x32768,2x32768,8x32768 --runs 30 \
+	--lib build-gpu/kernels/libkvstash_cuda.so 2>&1 | tee "$out/bench_builds.log"
 if [ -n "$NCU" ]; then
 	# one profile of the attention kernel at (8, 32K), full set: its
 	# sections (ncu.txt), then its stall samples per SASS instruction

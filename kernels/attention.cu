@@ -103,6 +103,7 @@ struct attn_params {
 	int hyb_tps;            /* tiles a generic split takes after its
 				   tokens (from n_fast * fast_tps on), or 0 */
 	int fast_ok;
+	int occ3;               /* the 3-CTA/SM build (want_occ3) */
 	int pieces;             /* the tail as pieces on the fast CTAs'
 				   warps (16-bit residuals), no generic
 				   CTAs */
@@ -2445,18 +2446,17 @@ static int subnormal_ok(cudaStream_t stream, uint32_t flags)
 typedef void (*attn_fn)(const attn_params);
 
 /* The build of the kernel for these arguments: generic only, or the fast
- * path capped at 128 registers for 4 CTAs per SM (default) or at 168 for
- * 3 (KVS_CUDA_ATTN_OCC3), with subnormal or biased code operands. */
-static attn_fn pick_kernel(int fast_ok, uint32_t flags, int sub, int *variant)
+ * path capped at 128 registers for 4 CTAs per SM or at 168 for 3 (@occ3),
+ * with subnormal or biased code operands. */
+static attn_fn pick_kernel(int fast_ok, int occ3, int sub)
 {
 	static const attn_fn fast[2][2] = {
 		{ attn_kernel<true, 4, false>, attn_kernel<true, 4, true> },
 		{ attn_kernel<true, 3, false>, attn_kernel<true, 3, true> },
 	};
-	const int occ3 = (flags & KVS_CUDA_ATTN_OCC3) != 0;
 
-	*variant = !fast_ok ? 0 : 1 + 2 * occ3 + (sub != 0);
-	return !fast_ok ? attn_kernel<false, 3, false> : fast[occ3][sub != 0];
+	return !fast_ok ? attn_kernel<false, 3, false>
+			: fast[occ3 != 0][sub != 0];
 }
 
 /* Bytes of dynamic shared memory of a fast CTA covering @tps tiles. */
@@ -2475,10 +2475,9 @@ static size_t generic_smem(int D, bool fast)
 }
 
 /* Fast CTAs that fit on the device at once. */
-static int resident_slots(int fast_ok, uint32_t flags)
+static int resident_slots(int fast_ok, int occ3)
 {
-	int variant;
-	attn_fn fn = pick_kernel(fast_ok, flags, 1, &variant);
+	attn_fn fn = pick_kernel(fast_ok, occ3, 1);
 	const size_t smem = fast_smem(64, 32), gen = generic_smem(FAST_D,
 								  fast_ok);
 	int slots = kvs_cuda_resident_ctas((const void *)fn, WARPS * 32,
@@ -2626,6 +2625,32 @@ static void piece_plan(int units, int slots, int tiles, int np,
 	p->n_slots = p->n_fast;
 }
 
+/* History tiles per 4-CTA slot up to which the 3-CTA build is taken */
+#define OCC3_TILES_PER_SLOT 64
+
+/*
+ * The fast path's build where the flags leave it open.  The 3-CTA/SM one
+ * (168 registers) where the calls' history is short beside the device: a
+ * tile or more a slot, at most OCC3_TILES_PER_SLOT (16 a warp).  Each warp
+ * then has few tiles, and the faster warps of that build finish first:
+ * in one process against the 4-CTA build on an H200 (session 17), (1, 8K)
+ * and (2, 32K) 5-6% faster, (1, 32K), (4, 32K) and (1, 128K) 2-4%.  The
+ * 4-CTA one (16 warps an SM) where the warps' streams are long ((2, 128K)
+ * 1% faster, (8, 32K) and (8, 128K) even) or the call is a few tiles
+ * ((1, 512) 1%).  (16, 8K), at the bound, is even either way.
+ */
+static int want_occ3(uint32_t flags, int fast_ok, int units, int max_tiles)
+{
+	if (!fast_ok || (flags & KVS_CUDA_ATTN_OCC4))
+		return 0;
+	if (flags & KVS_CUDA_ATTN_OCC3)
+		return 1;
+	const int64_t tiles = (int64_t)units * max_tiles;
+	const int64_t slots = resident_slots(fast_ok, 0);
+
+	return tiles >= slots && tiles <= OCC3_TILES_PER_SLOT * slots;
+}
+
 /* Fills everything but pointers' validity; 0 or -KVS_EPARAM. */
 static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 {
@@ -2660,8 +2685,10 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 		     !(a->flags & KVS_CUDA_ATTN_GENERIC);
 
 	const int units = p->B * p->Hkv * p->nsub;
-	const int slots = resident_slots(p->fast_ok, a->flags);
 	const int max_tiles = p->fast_ok ? (int)(a->max_tokens / TILE) : 0;
+
+	p->occ3 = want_occ3(a->flags, p->fast_ok, units, max_tiles);
+	const int slots = resident_slots(p->fast_ok, p->occ3);
 	uint32_t rows = a->k_resid_stride > a->v_resid_stride ?
 			a->k_resid_stride : a->v_resid_stride;
 	/* the tail past the last whole history tile is at most the longer
@@ -2807,11 +2834,11 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 		smem = fast;
 	dim3 grid((p.n_fast + p.n_gen) * p.B * p.Hkv * p.nsub);
 	kvs_log(KVS_LOG_DEBUG, "cuda attend: units %d, fast %d x %d tiles, "
-		"generic %d x (%d tokens + %d tiles), grid %u, subnormal "
-		"operands %d", p.B * p.Hkv * p.nsub, p.n_fast, p.fast_tps,
-		p.n_gen, p.gen_tps, p.hyb_tps, grid.x, sub);
-	int variant;
-	attn_fn fn = pick_kernel(p.fast_ok, a->flags, sub, &variant);
+		"generic %d x (%d tokens + %d tiles), grid %u, %d-CTA build, "
+		"subnormal operands %d", p.B * p.Hkv * p.nsub, p.n_fast,
+		p.fast_tps, p.n_gen, p.gen_tps, p.hyb_tps, grid.x,
+		p.occ3 ? 3 : 4, sub);
+	attn_fn fn = pick_kernel(p.fast_ok, p.occ3, sub);
 
 	rc = kvs_cuda_grant_smem((const void *)fn, smem);
 	if (!rc)

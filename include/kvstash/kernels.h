@@ -146,10 +146,11 @@ struct kvs_cuda_attn {
 };
 
 #define KVS_CUDA_ATTN_GENERIC 0x1u /* never take the tensor-core path */
-/* tuning: the fast path's 4-CTA/SM build (128 registers) is the default;
- * OCC3 picks the 3-CTA/SM one (168 registers).  Neither wins at every
- * shape on the H200 (docs/KERNELS.md: within 5% either way at the
- * benchmark's).  OCC4 is accepted and changes nothing */
+/* tuning: the fast path comes in a 4-CTA/SM build (128 registers) and a
+ * 3-CTA/SM one (168 registers); without either flag the plan takes the
+ * 3-CTA build where the history is a few tiles a warp (small batch, not
+ * too long: 2-6% faster on the H200) and the 4-CTA one elsewhere
+ * (docs/KERNELS.md, session 17).  OCC3 and OCC4 force one */
 #define KVS_CUDA_ATTN_OCC3 0x2u
 #define KVS_CUDA_ATTN_OCC4 0x8u
 /* the fast path's biased code operands even where the tensor cores take

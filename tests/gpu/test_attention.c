@@ -33,11 +33,14 @@ struct attn_case {
 	enum bounds bounds;
 	uint32_t min_tokens, max_tokens; /* random lengths in [min, max] */
 	uint32_t multiple;               /* lengths rounded up to this */
-	uint32_t flags;                  /* KVS_CUDA_ATTN_*, SHORT_BOUND */
+	uint32_t flags;                  /* KVS_CUDA_ATTN_*, test flags */
 };
 
-/* test-only flag: max_resid_rows 1, below the truth (still exact) */
+/* test-only flags: max_resid_rows 1, below the truth (still exact); the
+ * fast path's build left to the plan (otherwise a case without OCC3 runs
+ * the 4-CTA build) */
 #define SHORT_BOUND 0x80000000u
+#define AUTO_BUILD 0x40000000u
 
 struct seq_host {
 	struct kvs_cuda_seq len;
@@ -242,7 +245,11 @@ static void run_case(const struct attn_case *c)
 	if (c->flags & SHORT_BOUND)
 		a.max_resid_rows = 1;
 	a.out = gpu_alloc(sizeof(float) * B * Hq * D);
-	a.flags = c->flags & ~SHORT_BOUND;
+	a.flags = c->flags & ~(SHORT_BOUND | AUTO_BUILD);
+	/* the 4-CTA build unless the case names the 3-CTA one or leaves the
+	 * choice to the plan */
+	if (!(c->flags & (KVS_CUDA_ATTN_OCC3 | AUTO_BUILD)))
+		a.flags |= KVS_CUDA_ATTN_OCC4;
 	a.workspace_size = kvs_cuda_attn_workspace(&a);
 	assert_true(a.workspace_size > 0);
 	a.workspace = gpu_alloc(a.workspace_size);
@@ -387,6 +394,9 @@ static void test_short(void **state)
 		  KVS_CUDA_ATTN_PIECES | KVS_CUDA_ATTN_OCC3 },
 		{ "D=64", 3, 2, 4, SHAPE(2, 64, 32, 2, 128), KVS_DTYPE_F16,
 		  KIVI, 1, 1500, 0, 0 },
+		{ "build left to the plan, kivi", 4, 2, 4,
+		  SHAPE(2, 128, 32, 2, 128), KVS_DTYPE_F16, KIVI, 1, 4096, 0,
+		  AUTO_BUILD },
 		{ "4-bit, S=256, G=64", 3, 2, 8, SHAPE(2, 128, 64, 4, 256),
 		  KVS_DTYPE_BF16, KIVI, 1, 1500, 0, 0 },
 	};
@@ -409,6 +419,9 @@ static void test_long(void **state)
 		{ "32K-ish, 3-CTA build, bf16", 3, 2, 8,
 		  SHAPE(2, 128, 32, 2, 128), KVS_DTYPE_BF16, RANDOM, 16384,
 		  32768, 0, KVS_CUDA_ATTN_OCC3 },
+		{ "32K-ish batch of 2, build left to the plan", 2, 2, 4,
+		  SHAPE(2, 128, 32, 2, 128), KVS_DTYPE_F16, KIVI, 16384,
+		  32768, 0, AUTO_BUILD },
 	};
 
 	(void)state;
