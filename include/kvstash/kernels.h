@@ -150,7 +150,8 @@ struct kvs_cuda_attn {
  * 3-CTA/SM one (168 registers); without either flag the plan takes the
  * 3-CTA build where the history is a few tiles a warp (small batch, not
  * too long: 2-6% faster on the H200) and the 4-CTA one elsewhere
- * (docs/KERNELS.md, session 17).  OCC3 and OCC4 force one */
+ * (docs/KERNELS.md, session 17).  OCC3 and OCC4 force one (OCC4 where
+ * both are given) */
 #define KVS_CUDA_ATTN_OCC3 0x2u
 #define KVS_CUDA_ATTN_OCC4 0x8u
 /* the fast path's biased code operands even where the tensor cores take
