@@ -394,6 +394,12 @@ static void test_short(void **state)
 		  KVS_CUDA_ATTN_PIECES | KVS_CUDA_ATTN_OCC3 },
 		{ "D=64", 3, 2, 4, SHAPE(2, 64, 32, 2, 128), KVS_DTYPE_F16,
 		  KIVI, 1, 1500, 0, 0 },
+		/* the merge's lanes past D idle (D = 96), and its widest
+		 * lanes (8 channels, D = 256) */
+		{ "D=96", 3, 2, 4, SHAPE(2, 96, 32, 2, 128), KVS_DTYPE_F16,
+		  RANDOM, 1, 1500, 0, 0 },
+		{ "D=256", 2, 2, 4, SHAPE(2, 256, 32, 2, 128), KVS_DTYPE_BF16,
+		  KIVI, 1, 1200, 0, 0 },
 		{ "build left to the plan, kivi", 4, 2, 4,
 		  SHAPE(2, 128, 32, 2, 128), KVS_DTYPE_F16, KIVI, 1, 4096, 0,
 		  AUTO_BUILD },
