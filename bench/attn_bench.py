@@ -219,6 +219,12 @@ def state_str(st):
         ", power cap" if st["power_cap"] else "")
 
 
+def bw_share(nbytes, us, bw):
+    """Share of the copy bandwidth @bw (bytes/s) that moving @nbytes in
+    @us microseconds is."""
+    return nbytes / (us * 1e-6) / bw
+
+
 def copy_bandwidth():
     """Device-to-device copy, bytes read + written per second."""
     n = 1 << 30
@@ -414,7 +420,7 @@ def bench_shape(lib, B, T, bw, runs, page_stride, flags, tail_hint=True,
         sdpa_h = time_graph(run_sdpa, runs)
         held = {"kvstash_us": kvs_h[0], "sdpa_us": sdpa_h[0],
                 "speedup": sdpa_h[0] / kvs_h[0],
-                "kvstash_bw_share": kv_bytes / (kvs_h[0] * 1e-6) / bw,
+                "kvstash_bw_share": bw_share(kv_bytes, kvs_h[0], bw),
                 "state": g.summary()}
         print("B=%-3d T=%-7d after %.0f s of calls: kvstash %.1f us, sdpa "
               "%.1f us, x%.2f, bw %.0f%% (%s)"
@@ -429,8 +435,8 @@ def bench_shape(lib, B, T, bw, runs, page_stride, flags, tail_hint=True,
         "kvstash_eager_us": kvs_e[0], "sdpa_eager_us": sdpa_e[0],
         "speedup_eager": sdpa_e[0] / kvs_e[0],
         "kvstash_bytes": kv_bytes, "sdpa_bytes": sdpa_bytes,
-        "kvstash_bw_share": kv_bytes / (kvs_t[0] * 1e-6) / bw,
-        "sdpa_bw_share": sdpa_bytes / (sdpa_t[0] * 1e-6) / bw,
+        "kvstash_bw_share": bw_share(kv_bytes, kvs_t[0], bw),
+        "sdpa_bw_share": bw_share(sdpa_bytes, sdpa_t[0], bw),
         "sets": sets, "workspace": ws_size,
     }
     if alt:
@@ -473,7 +479,7 @@ def bench_seal(lib, bw, runs, page_stride, tokens=65536):
     t = time_graph(run, runs)
     nbytes = 2 * tokens * HKV * D * 2 + blocks * sec
     return {"tokens": tokens, "seal_us": t[0], "bytes": nbytes,
-            "bw_share": nbytes / (t[0] * 1e-6) / bw,
+            "bw_share": bw_share(nbytes, t[0], bw),
             "GBps": nbytes / (t[0] * 1e-6) / 1e9}
 
 
