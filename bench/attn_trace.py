@@ -20,7 +20,10 @@ cost a few stores per warp: times are close to, not equal to, the
 untraced build's.  Per SM (the trace records each warp's SM): the end of
 its last fast warp and its fast tiles per microsecond.  With
 ATTN_TRACE_DUMP=DIR set, the raw events of each shape's last replay are
-also saved to DIR/trace_<shape>_f<flags>.npz.
+also saved to DIR/trace_<shape>_f<flags>.npz.  Under the cluster plan
+(attn_cluster_kernel) each CTA's quads count as CTAs, and its fold in
+distributed shared memory stands where the merge's times are: entry, the
+cluster barrier's release, the first received partials loaded, done.
 """
 import ctypes as C
 import os

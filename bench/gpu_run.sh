@@ -43,6 +43,11 @@ PYTHONUNBUFFERED=1 python3 bench/attn_bench.py \
 PYTHONUNBUFFERED=1 python3 bench/attn_bench.py --flags 0 --alt-flags 8 \
 	--no-seal --shapes 1x32768,2x32768,8x32768 --runs 30 \
 	--lib build-gpu/kernels/libkvstash_cuda.so 2>&1 | tee "$out/bench_builds.log"
+# the cluster plan where the plan takes it (batch 8 and 16 at 8 KV heads)
+# against the split-and-merge plans (flags 256, NO_CLUSTER), in one process
+PYTHONUNBUFFERED=1 python3 bench/attn_bench.py --flags 0 --alt-flags 256 \
+	--no-seal --shapes 8x32768,8x131072,16x8192 --runs 30 \
+	--lib build-gpu/kernels/libkvstash_cuda.so 2>&1 | tee "$out/bench_cluster.log"
 if [ -n "$NCU" ]; then
 	# one profile of the attention kernel at (8, 32K), full set: its
 	# sections (ncu.txt), then its stall samples per SASS instruction

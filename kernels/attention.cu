@@ -44,13 +44,24 @@
  * and its page index comes from a copy staged once per CTA.
  * Both kinds of CTA issue their prologue's global loads (query, page
  * indices, sequence) together, before any of them is used.
+ *
+ * The cluster plan (small batch, fast format, 16-bit residuals) needs no
+ * second kernel: a unit is one thread-block cluster of up to 16 CTAs, one
+ * an SM, each CTA four quads of four warps that run the fast path with the
+ * tail as pieces; every quad leaves its partial in its shared memory and
+ * the cluster's CTAs fold them through distributed shared memory into the
+ * output (attn_cluster_kernel).
  */
 #include "common.cuh"
 
+#include <cooperative_groups.h>
 #include <math.h>
+
+namespace cg = cooperative_groups;
 
 #define HPC 4             /* query heads per CTA */
 #define WARPS 4
+#define QUADS 4           /* fast CTAs' worth of warps a cluster-plan CTA */
 #define TILE 32           /* tokens per fast tile (one Key group) */
 /* cp.async ring stages per warp: one tile in flight while one is computed.
  * A third stage (two in flight, ~96 KB a 4-CTA SM) kept the stream no
@@ -107,6 +118,11 @@ struct attn_params {
 	int pieces;             /* the tail as pieces on the fast CTAs'
 				   warps (16-bit residuals), no generic
 				   CTAs */
+	int cluster;            /* CTAs a cluster (the cluster plan: a unit
+				   a cluster, QUADS splits a CTA), or 0 */
+	int quad_smem;          /* bytes of shared memory a quad */
+	int cl_lanes;           /* lanes a cluster fold's output: the splits
+				   rounded up to a power of two, at most 32 */
 #ifdef KVS_ATTN_TRACE
 	int tr;                 /* trace slot of this call */
 #endif
@@ -161,11 +177,14 @@ static __device__ __forceinline__ void trace_put(const attn_params &p,
 						 unsigned long long v)
 {
 	const int warp = threadIdx.x >> 5;
+	/* a cluster-plan CTA's quads count as CTAs of WARPS warps */
+	const unsigned fw = blockIdx.x * (blockDim.x >> 5) + warp;
 
-	if ((threadIdx.x & 31) || blockIdx.x >= TR_CTAS || (merge && warp))
+	if ((threadIdx.x & 31) || (merge ? blockIdx.x : fw / WARPS) >=
+	    TR_CTAS || (merge && warp))
 		return;
 	kvs_attn_trace[p.tr * TR_CALL + (merge ? TR_ATT + blockIdx.x * 4 :
-			 (blockIdx.x * WARPS + warp) * 8) + ev] = v;
+			 fw * 8) + ev] = v;
 }
 static __device__ __forceinline__ unsigned smid(void)
 {
@@ -1850,15 +1869,51 @@ static __device__ __forceinline__ void piece_tile(const uint8_t *ws,
 }
 
 /*
+ * The cluster plan's meeting area, at the same offset of every CTA of a
+ * cluster, after its quads' shared memory: the unit's output float4 e
+ * (head e / 32, channels 4 (e % 32)) is folded by CTA e % C, which
+ * receives row e / C of every split s (float4 [row][split]), and the
+ * (m, l) of every split's heads ([split][HPC] float2).
+ */
+static __host__ __device__ __forceinline__ int cl_rows(int C)
+{
+	return (HPC * FAST_D / 4 + C - 1) / C;
+}
+
+static __host__ __device__ __forceinline__ size_t cl_meet_bytes(int C)
+{
+	return (size_t)cl_rows(C) * C * QUADS * sizeof(float4) +
+	       (size_t)C * QUADS * HPC * sizeof(float2);
+}
+
+/* The CTA's barrier, or in a cluster-plan CTA (@CL) its quad's (barrier
+ * @quad, the quad's 128 threads): quads do not wait for each other. */
+template <bool CL>
+static __device__ __forceinline__ void quad_sync(int quad)
+{
+	if (CL)
+		asm volatile("bar.sync %0, %1;\n" :: "r"(quad),
+			     "n"(WARPS * 32) : "memory");
+	else
+		__syncthreads();
+}
+
+/*
  * The fast path over tiles [@tb, @tb + @tps) of a unit (those its sequence
  * has; warp w takes every fourth from tb + w): one partial per query head
- * into workspace slot @slot.  A fast CTA, or a generic CTA's share.
+ * into workspace slot @slot.  A fast CTA, or a generic CTA's share, or
+ * (@CL) quad @quad of a cluster-plan CTA with its shared memory at @smem,
+ * which sends its partial to the cluster's meeting areas at @meet (this
+ * CTA's; the same offset in every CTA of the cluster).
  */
-template <bool SUB, bool QSH>
+template <bool SUB, bool QSH, bool CL>
 static __device__ void fast_cta(const attn_params &p, int tb, int tps,
-				int slot, int h, int sub, int b, uint8_t *smem)
+				int slot, int h, int sub, int b, uint8_t *smem,
+				int quad, uint8_t *meet)
 {
-	const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+	const int tid = CL ? threadIdx.x - quad * WARPS * 32 : threadIdx.x;
+	const int warp = tid >> 5;
+	const int lane = tid & 31;
 	const int gi = lane >> 2, ti = lane & 3;
 	const int hq0 = h * p.gq + sub * HPC, nh = min(HPC, p.gq - sub * HPC);
 	uint8_t *wsm = smem + warp * WARP_SMEM;
@@ -1919,7 +1974,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		st.so[g] = 0.0f;
 	st.m = -INFINITY;
 	st.l = 0.0f;
-	__syncthreads();
+	quad_sync<CL>(quad);
 	TRACE(3);
 	TRACE_N(7, mine | (unsigned long long)smid() << 32);
 	tile_cursor cur;
@@ -2057,7 +2112,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 #pragma unroll
 	for (int g = 0; g < 4; g++)
 		st.so[g] = column_sum(st.so[g]);
-	__syncthreads();
+	quad_sync<CL>(quad);
 
 	/* CTA merge area (reuses the stages): o[w][j][D], m[w][j], l[w][j],
 	 * then the weights wt[w][j] and the maxima mx[j] */
@@ -2085,7 +2140,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		m_w[warp * HPC + ti] = st.m;
 		l_w[warp * HPC + ti] = l;
 	}
-	__syncthreads();
+	quad_sync<CL>(quad);
 	/* each warp's weight per head, once: exp2(m_w - max over warps) */
 	float *wt_s = l_w + WARPS * HPC, *mx_s = wt_s + WARPS * HPC;
 
@@ -2100,7 +2155,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		if (tid < HPC)
 			mx_s[jj] = mx;
 	}
-	__syncthreads();
+	quad_sync<CL>(quad);
 	/* the partial: 16 bytes of a head's output a thread, then (m, l);
 	 * with one CTA a unit (the pieces plan at large batch) the output
 	 * itself, normalised as the merge would, which is then not launched */
@@ -2131,8 +2186,25 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		return lt;
 	};
 
-	if (!direct) {
-		for (int e = tid; e < nh * C4; e += blockDim.x)
+	if (CL) {
+		/* every CTA of the cluster has started (the arrive at the
+		 * kernel's top), so its shared memory may be written */
+		cg::cluster_group cl = cg::this_cluster();
+		const int C = (int)cl.num_blocks(), ns = C * QUADS;
+		const int rows = cl_rows(C);
+
+		asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+		for (int e = tid; e < nh * C4; e += WARPS * 32)
+			cl.map_shared_rank(reinterpret_cast<float4 *>(meet),
+					   e % C)[e / C * ns + slot] =
+				fold(e / C4, e % C4);
+		if (tid < nh * C)
+			cl.map_shared_rank(reinterpret_cast<float2 *>(meet +
+				(size_t)rows * ns * sizeof(float4)), tid / nh)
+				[slot * HPC + tid % nh] = make_float2(
+					mx_s[tid % nh], head_sum(tid % nh));
+	} else if (!direct) {
+		for (int e = tid; e < nh * C4; e += CL ? WARPS * 32 : blockDim.x)
 			reinterpret_cast<float4 *>(partial(p, b, hq0 + e / C4,
 				slot))[e % C4] = fold(e / C4, e % C4);
 		if (tid < nh)
@@ -2140,7 +2212,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 							    slot) + FAST_D) =
 				make_float2(mx_s[tid], head_sum(tid));
 	} else {
-		for (int e = tid; e < nh * C4; e += blockDim.x) {
+		for (int e = tid; e < nh * C4; e += CL ? WARPS * 32 : blockDim.x) {
 			const int jj = e / C4;
 			const float4 x = fold(jj, e % C4);
 			const float lt = head_sum(jj);
@@ -2205,7 +2277,109 @@ attn_kernel(const attn_params p)
 		tps = p.hyb_tps;
 		slot = p.n_fast + p.n_gen + split;
 	}
-	fast_cta<SUB, (MIN_CTAS >= 4)>(p, tb, tps, slot, h, sub, b, smem);
+	fast_cta<SUB, (MIN_CTAS >= 4), false>(p, tb, tps, slot, h, sub, b, smem, 0,
+				      nullptr);
+}
+
+/*
+ * The cluster plan: one cluster of p.cluster CTAs a unit, QUADS quads of
+ * WARPS warps a CTA (one CTA an SM), split = rank * QUADS + quad.  Each
+ * quad runs the fast path over its share of the tiles and pieces and
+ * sends its partial, float4 by float4, to the CTA that folds that part of
+ * the output (remote stores into distributed shared memory, cl_rows);
+ * after one cluster barrier each CTA folds its outputs from its own
+ * shared memory, p.cl_lanes lanes an output (one or two splits a lane,
+ * shuffles), and writes them.  No workspace, no merge kernel; the same
+ * work split gives the same bits.
+ */
+template <bool SUB>
+__global__ void __launch_bounds__(QUADS * WARPS * 32, 1)
+attn_cluster_kernel(const attn_params p)
+{
+	extern __shared__ __align__(16) uint8_t smem[];
+	cg::cluster_group cl = cg::this_cluster();
+	const int C = (int)cl.num_blocks(), rank = (int)cl.block_rank();
+	const int u = blockIdx.x / C, quad = threadIdx.x / (WARPS * 32);
+	const int b = u / (p.Hkv * p.nsub), r = u % (p.Hkv * p.nsub);
+	const int h = r / p.nsub, sub = r % p.nsub;
+	const int split = rank * QUADS + quad, ns = C * QUADS;
+	uint8_t *meet = smem + (size_t)QUADS * p.quad_smem;
+
+	/* this CTA has started: the quads' sends wait for every CTA's
+	 * arrival (fast_cta) */
+	asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+	/* (trace: the fold's times as a merge CTA's -- entry, released,
+	 * first loads in, done) */
+	TRACE(0);
+	TRACE_M(0);
+	fast_cta<SUB, true, true>(p, split * p.fast_tps, p.fast_tps, split, h,
+				  sub, b, smem + quad * p.quad_smem, quad,
+				  meet);
+	cl.sync();
+	TRACE_M(1);
+
+	constexpr int C4 = FAST_D / 4;
+	const int L = p.cl_lanes, nh = min(HPC, p.gq - sub * HPC);
+	const int lg = threadIdx.x % L, step = C * (int)(blockDim.x / L);
+	const float4 *rx = reinterpret_cast<const float4 *>(meet);
+	const float2 *rml = reinterpret_cast<const float2 *>(
+		meet + (size_t)cl_rows(C) * ns * sizeof(float4));
+	const size_t at0 = (size_t)(b * p.Hq + h * p.gq + sub * HPC) * FAST_D;
+
+	/* the same trip count in every thread: the shuffles take all lanes */
+	for (int e0 = 0; e0 < nh * C4; e0 += step) {
+		const int row = e0 / C + (int)(threadIdx.x / L);
+		const int e = rank + C * row;
+		const bool act = e < nh * C4;
+		const int jj = act ? e / C4 : 0, c = e % C4;
+		float2 ml[2];
+		float4 x[2];
+
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			const int s = lg + L * k;
+			const bool in = act && s < ns;
+
+			ml[k] = in ? rml[s * HPC + jj] :
+				     make_float2(-INFINITY, 0.0f);
+			x[k] = in ? rx[row * ns + s] :
+				    make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+		}
+		float mx = fmaxf(ml[0].x, ml[1].x), lt = 0.0f;
+		float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+		for (int d = L / 2; d > 0; d >>= 1)
+			mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
+		if (!e0)
+			TRACE_M(3);
+#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			const float w = ml[k].x == -INFINITY ? 0.0f :
+					exp2f(ml[k].x - mx);
+
+			lt = fmaf(w, ml[k].y, lt);
+			o.x = fmaf(w, x[k].x, o.x);
+			o.y = fmaf(w, x[k].y, o.y);
+			o.z = fmaf(w, x[k].z, o.z);
+			o.w = fmaf(w, x[k].w, o.w);
+		}
+		for (int d = L / 2; d > 0; d >>= 1) {
+			lt += __shfl_xor_sync(0xffffffffu, lt, d);
+			o.x += __shfl_xor_sync(0xffffffffu, o.x, d);
+			o.y += __shfl_xor_sync(0xffffffffu, o.y, d);
+			o.z += __shfl_xor_sync(0xffffffffu, o.z, d);
+			o.w += __shfl_xor_sync(0xffffffffu, o.w, d);
+		}
+		if (act && !lg) {
+			const size_t at = at0 + (size_t)jj * FAST_D + 4 * c;
+
+			out_elem(p, at, o.x, lt);
+			out_elem(p, at + 1, o.y, lt);
+			out_elem(p, at + 2, o.z, lt);
+			out_elem(p, at + 3, o.w, lt);
+		}
+	}
+	TRACE_M(2);
 }
 
 /*
@@ -2653,6 +2827,65 @@ static int want_occ3(uint32_t flags, int fast_ok, int units, int max_tiles)
 	return tiles >= slots && tiles <= OCC3_TILES_PER_SLOT * slots;
 }
 
+/* Bytes of shared memory of a cluster-plan quad covering @tps tiles (a
+ * fast CTA's, in 128-byte steps). */
+static size_t quad_smem(int tps, int span)
+{
+	return (fast_smem(tps, span) + 127) / 128 * 128;
+}
+
+/*
+ * The cluster plan where it fits: the largest cluster (at most 16 CTAs, at
+ * most the SMs a unit, at most a tile or piece a warp) of which @units can
+ * be resident at once, each quad an equal share of the @tiles and the @np
+ * pieces in turn (as piece_plan's CTAs), if the grid has @least CTAs
+ * (SMs) or more.  1 with @p filled, or 0.
+ */
+static int cluster_plan(int units, int tiles, int np, int span, int least,
+			attn_params *p)
+{
+	const void *fn = (const void *)attn_cluster_kernel<true>;
+	const int sms = kvs_cuda_sm_count(), most = (tiles + np + WARPS - 1) /
+						    WARPS;
+	const size_t optin = kvs_cuda_smem_optin();
+	int c = units > 0 ? sms / units : 0;
+
+	c = c > 16 ? 16 : c;
+	c = c > (most + QUADS - 1) / QUADS ? (most + QUADS - 1) / QUADS : c;
+	for (; c >= 1 && units * c >= least; c--) {
+		const int n = c * QUADS, tps = (tiles + n - 1) / n;
+		const size_t q = quad_smem(tps, span);
+		const size_t all = QUADS * q + cl_meet_bytes(c);
+
+		if (all > optin)
+			continue;       /* a smaller cluster may fit */
+		if (kvs_cuda_resident_clusters(fn, QUADS * WARPS * 32, all,
+					       c) < units)
+			continue;
+		p->cluster = c;
+		p->quad_smem = (int)q;
+		p->cl_lanes = 1;
+		while (p->cl_lanes < n && p->cl_lanes < 32)
+			p->cl_lanes *= 2;
+		p->n_fast = n;
+		p->fast_tps = tps;
+		p->n_gen = 0;
+		p->hyb_tps = 0;
+		p->gen_chunk = TILE;
+		p->gen_tps = TILE;
+		p->n_slots = 1;         /* no workspace used */
+		p->pieces = 1;
+		p->occ3 = 0;
+		return 1;
+	}
+	return 0;
+}
+
+/* Flags that force another plan than the cluster one. */
+#define NOT_CLUSTER (KVS_CUDA_ATTN_OCC3 | KVS_CUDA_ATTN_OCC4 |		\
+		     KVS_CUDA_ATTN_HYBRID | KVS_CUDA_ATTN_PIECES |	\
+		     KVS_CUDA_ATTN_NO_PIECES | KVS_CUDA_ATTN_NO_CLUSTER)
+
 /* Fills everything but pointers' validity; 0 or -KVS_EPARAM. */
 static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 {
@@ -2704,6 +2937,22 @@ static int attn_plan(const struct kvs_cuda_attn *a, attn_params *p)
 
 	if (chunks < 1)
 		chunks = 1;
+	/* the cluster plan: 16-bit residuals (the tail as pieces), and where
+	 * no flag forces another, a grid that leaves at most a 32nd of the
+	 * SMs idle (it has no second wave and one CTA an SM) */
+	p->cluster = 0;
+	if (p->fast_ok && a->dtype != KVS_DTYPE_F32 && max_tiles > 0 &&
+	    !(a->flags & KVS_CUDA_ATTN_NO_CLUSTER) &&
+	    ((a->flags & KVS_CUDA_ATTN_CLUSTER) || !(a->flags & NOT_CLUSTER))) {
+		const int sms = kvs_cuda_sm_count();
+		const int least = (a->flags & KVS_CUDA_ATTN_CLUSTER) ? 0 :
+				  sms - sms / 32;
+
+		if (sms > 0 && cluster_plan(units, max_tiles,
+				(int)((gen_total + PIECE - 1) / PIECE),
+				s->span, least, p))
+			return 0;
+	}
 	struct split_plan sp = { 0, 0, 1, 0 };
 
 	if (max_tiles > 0)
@@ -2795,6 +3044,39 @@ static int merge_launch(const attn_params &p, cudaStream_t stream)
 	return KVS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, fn, p));
 }
 
+/* The cluster plan's one kernel: p.cluster CTAs a cluster, a cluster a
+ * unit. */
+static int cluster_launch(const attn_params &p, int sub, cudaStream_t stream)
+{
+	cudaLaunchConfig_t cfg = {};
+	cudaLaunchAttribute attr[1];
+	void (*fn)(const attn_params) = sub ? attn_cluster_kernel<true> :
+					      attn_cluster_kernel<false>;
+	const size_t smem = (size_t)QUADS * p.quad_smem +
+			    cl_meet_bytes(p.cluster);
+	int rc = kvs_cuda_grant_smem((const void *)fn, smem);
+
+	if (!rc && p.cluster > 8)
+		rc = KVS_CUDA_CHECK(cudaFuncSetAttribute((const void *)fn,
+			cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+	if (rc)
+		return rc;
+	attr[0].id = cudaLaunchAttributeClusterDimension;
+	attr[0].val.clusterDim.x = (unsigned)p.cluster;
+	attr[0].val.clusterDim.y = 1;
+	attr[0].val.clusterDim.z = 1;
+	cfg.gridDim = dim3((unsigned)(p.cluster * p.B * p.Hkv * p.nsub));
+	cfg.blockDim = dim3(QUADS * WARPS * 32);
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = stream;
+	cfg.attrs = attr;
+	cfg.numAttrs = 1;
+	kvs_log(KVS_LOG_DEBUG, "cuda attend: cluster plan, units %d, %d CTAs "
+		"a cluster, %d tiles a quad, subnormal operands %d",
+		p.B * p.Hkv * p.nsub, p.cluster, p.fast_tps, sub);
+	return KVS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, fn, p));
+}
+
 int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 {
 	cudaStream_t stream = (cudaStream_t)a->stream;
@@ -2830,6 +3112,9 @@ int kvs_cuda_attend(const struct kvs_cuda_attn *a)
 #endif
 
 	const int sub = p.fast_ok ? subnormal_ok(stream, a->flags) : 0;
+
+	if (p.cluster)
+		return cluster_launch(p, sub, stream);
 	size_t smem = generic_smem(p.D, p.fast_ok);
 	size_t fast = fast_smem(max(p.fast_tps, p.hyb_tps), p.S);
 	if (p.fast_ok && fast > smem)

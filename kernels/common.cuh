@@ -46,6 +46,13 @@ int kvs_cuda_grant_smem(const void *fn, size_t smem);
 /* CTAs of @fn (@threads threads, @smem dynamic shared memory, granted
  * here) resident on the whole device at once; 0 on failure (logged). */
 int kvs_cuda_resident_ctas(const void *fn, int threads, size_t smem);
+/* Dynamic shared memory a CTA may be granted at most; 0 on failure. */
+size_t kvs_cuda_smem_optin(void);
+/* Clusters of @size CTAs of @fn (@threads threads, @smem dynamic shared
+ * memory, granted here) resident on the device at once; 0 where none fit
+ * or on failure (logged). */
+int kvs_cuda_resident_clusters(const void *fn, int threads, size_t smem,
+			       int size);
 
 /* Element @i's bits (a float's 32, or 16) and, apart, their value: loads
  * issued through ld_bits() stay in flight together until bits_float()

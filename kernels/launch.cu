@@ -25,18 +25,23 @@ static struct fn_answer *find(struct fn_answer *tab, const void *fn,
 	return NULL;
 }
 
+/* Attribute @what of the current device, or 0 on failure (logged). */
+static int device_attr(enum cudaDeviceAttr what)
+{
+	int dev = 0, n = 0;
+
+	if (KVS_CUDA_CHECK(cudaGetDevice(&dev)) ||
+	    KVS_CUDA_CHECK(cudaDeviceGetAttribute(&n, what, dev)) || n <= 0)
+		return 0;
+	return n;
+}
+
 int kvs_cuda_sm_count(void)
 {
 	static thread_local int count;
-	int dev = 0, n = 0;
 
-	if (count)
-		return count;
-	if (KVS_CUDA_CHECK(cudaGetDevice(&dev)) ||
-	    KVS_CUDA_CHECK(cudaDeviceGetAttribute(&n,
-				cudaDevAttrMultiProcessorCount, dev)) || n <= 0)
-		return 0;
-	count = n;
+	if (!count)
+		count = device_attr(cudaDevAttrMultiProcessorCount);
 	return count;
 }
 
@@ -82,4 +87,53 @@ int kvs_cuda_resident_ctas(const void *fn, int threads, size_t smem)
 		e->value = per_sm * sms;
 	}
 	return per_sm * sms;
+}
+
+size_t kvs_cuda_smem_optin(void)
+{
+	static thread_local size_t optin;
+
+	if (!optin)
+		optin = (size_t)device_attr(
+			cudaDevAttrMaxSharedMemoryPerBlockOptin);
+	return optin;
+}
+
+int kvs_cuda_resident_clusters(const void *fn, int threads, size_t smem,
+			       int size)
+{
+	static thread_local struct fn_answer tab[CACHE_SLOTS];
+	/* the cache's key: the size in the top bits of the bytes */
+	const size_t key = smem | (size_t)size << 48;
+	struct fn_answer *e = find(tab, fn, key);
+	cudaLaunchConfig_t cfg = {};
+	cudaLaunchAttribute attr[1];
+	int n = 0;
+
+	if (e && e->fn)
+		return e->value;
+	if (kvs_cuda_grant_smem(fn, smem) ||
+	    (size > 8 && KVS_CUDA_CHECK(cudaFuncSetAttribute(fn,
+			cudaFuncAttributeNonPortableClusterSizeAllowed, 1))))
+		return 0;
+	attr[0].id = cudaLaunchAttributeClusterDimension;
+	attr[0].val.clusterDim.x = (unsigned)size;
+	attr[0].val.clusterDim.y = 1;
+	attr[0].val.clusterDim.z = 1;
+	cfg.gridDim = dim3((unsigned)size);
+	cfg.blockDim = dim3((unsigned)threads);
+	cfg.dynamicSmemBytes = smem;
+	cfg.attrs = attr;
+	cfg.numAttrs = 1;
+	/* a size the device cannot place is an answer (none), not an error */
+	if (cudaOccupancyMaxActiveClusters(&n, fn, &cfg) != cudaSuccess) {
+		(void)cudaGetLastError();
+		n = 0;
+	}
+	if (e) {
+		e->fn = fn;
+		e->smem = key;
+		e->value = n;
+	}
+	return n;
 }

@@ -166,6 +166,14 @@ struct kvs_cuda_attn {
  * wherever they apply, NO_PIECES never (for tests and comparison) */
 #define KVS_CUDA_ATTN_PIECES 0x20u
 #define KVS_CUDA_ATTN_NO_PIECES 0x40u
+/* the cluster plan (fast format, 16-bit residuals, at most as many units
+ * -- sequence x KV head x group of 4 query heads -- as the device has SMs):
+ * a unit is one thread-block cluster whose CTAs fold their partials in
+ * distributed shared memory, with no second kernel.  Taken where no flag
+ * above forces a plan and the units fit; CLUSTER takes it wherever it can
+ * run (over OCC3/OCC4, HYBRID, PIECES), NO_CLUSTER never */
+#define KVS_CUDA_ATTN_CLUSTER 0x80u
+#define KVS_CUDA_ATTN_NO_CLUSTER 0x100u
 
 /* Workspace bytes kvs_cuda_attend() needs for these arguments. */
 uint64_t kvs_cuda_attn_workspace(const struct kvs_cuda_attn *args);

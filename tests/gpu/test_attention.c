@@ -8,7 +8,8 @@
  * tensor-core path and the generic path; fp16 and bf16 inputs; pages
  * scattered through the pool, Value FIFOs starting mid-buffer; outputs
  * poisoned before every run; three calls on one poisoned workspace, with
- * bit-identical results.
+ * bit-identical results; the split-and-merge plans and the cluster plan
+ * (no merge kernel).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -392,6 +393,20 @@ static void test_short(void **state)
 		{ "one CTA a unit, 3-CTA, bf16", 24, 9, 4,
 		  SHAPE(9, 128, 32, 2, 128), KVS_DTYPE_BF16, KIVI, 1, 900, 0,
 		  KVS_CUDA_ATTN_PIECES | KVS_CUDA_ATTN_OCC3 },
+		{ "cluster plan, kivi", 4, 2, 4, SHAPE(2, 128, 32, 2, 128),
+		  KVS_DTYPE_F16, KIVI, 1, 4096, 0, KVS_CUDA_ATTN_CLUSTER },
+		{ "cluster plan, random boundaries, GQA 8, bf16", 8, 2, 8,
+		  SHAPE(2, 128, 32, 2, 128), KVS_DTYPE_BF16, RANDOM, 1, 3000,
+		  0, KVS_CUDA_ATTN_CLUSTER },
+		{ "cluster plan, paper, GQA 1, short bound", 6, 2, 1,
+		  SHAPE(2, 128, 32, 2, 128), KVS_DTYPE_F16, PAPER, 1, 2048,
+		  0, KVS_CUDA_ATTN_CLUSTER | SHORT_BOUND },
+		{ "cluster plan, 16-CTA clusters, biased operands", 1, 2, 4,
+		  SHAPE(2, 128, 32, 2, 128), KVS_DTYPE_F16, KIVI, 9000, 12000,
+		  0, KVS_CUDA_ATTN_CLUSTER | KVS_CUDA_ATTN_NO_SUBNORMAL },
+		{ "cluster plan, one CTA a unit", 16, 8, 4,
+		  SHAPE(8, 128, 32, 2, 128), KVS_DTYPE_F16, RANDOM, 1, 1500,
+		  0, KVS_CUDA_ATTN_CLUSTER },
 		{ "D=64", 3, 2, 4, SHAPE(2, 64, 32, 2, 128), KVS_DTYPE_F16,
 		  KIVI, 1, 1500, 0, 0 },
 		/* the merge's lanes past D idle (D = 96), and its widest
@@ -428,6 +443,12 @@ static void test_long(void **state)
 		{ "32K-ish batch of 2, build left to the plan", 2, 2, 4,
 		  SHAPE(2, 128, 32, 2, 128), KVS_DTYPE_F16, KIVI, 16384,
 		  32768, 0, AUTO_BUILD },
+		{ "32K-ish batch of 3, cluster plan, random boundaries", 3, 8,
+		  4, SHAPE(8, 128, 32, 2, 128), KVS_DTYPE_F16, RANDOM, 16384,
+		  32768, 0, KVS_CUDA_ATTN_CLUSTER },
+		{ "128K, one sequence, cluster plan, bf16", 1, 2, 8,
+		  SHAPE(2, 128, 32, 2, 128), KVS_DTYPE_BF16, KIVI, 131072,
+		  131072, 128, KVS_CUDA_ATTN_CLUSTER },
 	};
 
 	(void)state;
