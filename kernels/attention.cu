@@ -45,12 +45,12 @@
  * Both kinds of CTA issue their prologue's global loads (query, page
  * indices, sequence) together, before any of them is used.
  *
- * The cluster plan (small batch, fast format, 16-bit residuals) needs no
- * second kernel: a unit is one thread-block cluster of up to 16 CTAs, one
- * an SM, each CTA four quads of four warps that run the fast path with the
- * tail as pieces; every quad leaves its partial in its shared memory and
- * the cluster's CTAs fold them through distributed shared memory into the
- * output (attn_cluster_kernel).
+ * The cluster plan (where the units fill the device at one CTA an SM,
+ * fast format, 16-bit residuals) needs no second kernel: a unit is one
+ * thread-block cluster of up to 16 CTAs, one an SM, each CTA four quads of
+ * four warps that run the fast path with the tail as pieces; every quad
+ * sends its partial into the shared memory of the cluster's CTAs that
+ * fold it, which write the output (attn_cluster_kernel).
  */
 #include "common.cuh"
 
@@ -2204,7 +2204,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 				[slot * HPC + tid % nh] = make_float2(
 					mx_s[tid % nh], head_sum(tid % nh));
 	} else if (!direct) {
-		for (int e = tid; e < nh * C4; e += CL ? WARPS * 32 : blockDim.x)
+		for (int e = tid; e < nh * C4; e += blockDim.x)
 			reinterpret_cast<float4 *>(partial(p, b, hq0 + e / C4,
 				slot))[e % C4] = fold(e / C4, e % C4);
 		if (tid < nh)
@@ -2212,7 +2212,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 							    slot) + FAST_D) =
 				make_float2(mx_s[tid], head_sum(tid));
 	} else {
-		for (int e = tid; e < nh * C4; e += CL ? WARPS * 32 : blockDim.x) {
+		for (int e = tid; e < nh * C4; e += blockDim.x) {
 			const int jj = e / C4;
 			const float4 x = fold(jj, e % C4);
 			const float lt = head_sum(jj);
@@ -2226,6 +2226,17 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		}
 	}
 	TRACE(6);
+}
+
+/* Unit @u's sequence @b, KV head @h and query-head group @sub. */
+static __device__ __forceinline__ void unit_at(const attn_params &p, int u,
+					       int &b, int &h, int &sub)
+{
+	const int r = u % (p.Hkv * p.nsub);
+
+	b = u / (p.Hkv * p.nsub);
+	h = r / p.nsub;
+	sub = r % p.nsub;
 }
 
 /*
@@ -2242,9 +2253,10 @@ attn_kernel(const attn_params p)
 
 	if (idx >= gen)
 		idx -= gen;
-	const int split = idx % n, u = idx / n;
-	const int b = u / (p.Hkv * p.nsub), r = u % (p.Hkv * p.nsub);
-	const int h = r / p.nsub, sub = r % p.nsub;
+	const int split = idx % n;
+	int b, h, sub;
+
+	unit_at(p, idx / n, b, h, sub);
 
 	/* the merge may be placed now; it waits for this grid's results */
 	asm volatile("griddepcontrol.launch_dependents;\n");
@@ -2299,9 +2311,10 @@ attn_cluster_kernel(const attn_params p)
 	extern __shared__ __align__(16) uint8_t smem[];
 	cg::cluster_group cl = cg::this_cluster();
 	const int C = (int)cl.num_blocks(), rank = (int)cl.block_rank();
-	const int u = blockIdx.x / C, quad = threadIdx.x / (WARPS * 32);
-	const int b = u / (p.Hkv * p.nsub), r = u % (p.Hkv * p.nsub);
-	const int h = r / p.nsub, sub = r % p.nsub;
+	const int quad = threadIdx.x / (WARPS * 32);
+	int b, h, sub;
+
+	unit_at(p, blockIdx.x / C, b, h, sub);
 	const int split = rank * QUADS + quad, ns = C * QUADS;
 	uint8_t *meet = smem + (size_t)QUADS * p.quad_smem;
 
@@ -3052,25 +3065,14 @@ static int cluster_launch(const attn_params &p, int sub, cudaStream_t stream)
 	cudaLaunchAttribute attr[1];
 	void (*fn)(const attn_params) = sub ? attn_cluster_kernel<true> :
 					      attn_cluster_kernel<false>;
-	const size_t smem = (size_t)QUADS * p.quad_smem +
-			    cl_meet_bytes(p.cluster);
-	int rc = kvs_cuda_grant_smem((const void *)fn, smem);
+	const int rc = kvs_cuda_cluster_config((const void *)fn, p.cluster,
+		QUADS * WARPS * 32, (size_t)QUADS * p.quad_smem +
+		cl_meet_bytes(p.cluster), &cfg, attr);
 
-	if (!rc && p.cluster > 8)
-		rc = KVS_CUDA_CHECK(cudaFuncSetAttribute((const void *)fn,
-			cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
 	if (rc)
 		return rc;
-	attr[0].id = cudaLaunchAttributeClusterDimension;
-	attr[0].val.clusterDim.x = (unsigned)p.cluster;
-	attr[0].val.clusterDim.y = 1;
-	attr[0].val.clusterDim.z = 1;
 	cfg.gridDim = dim3((unsigned)(p.cluster * p.B * p.Hkv * p.nsub));
-	cfg.blockDim = dim3(QUADS * WARPS * 32);
-	cfg.dynamicSmemBytes = smem;
 	cfg.stream = stream;
-	cfg.attrs = attr;
-	cfg.numAttrs = 1;
 	kvs_log(KVS_LOG_DEBUG, "cuda attend: cluster plan, units %d, %d CTAs "
 		"a cluster, %d tiles a quad, subnormal operands %d",
 		p.B * p.Hkv * p.nsub, p.cluster, p.fast_tps, sub);

@@ -48,6 +48,13 @@ int kvs_cuda_grant_smem(const void *fn, size_t smem);
 int kvs_cuda_resident_ctas(const void *fn, int threads, size_t smem);
 /* Dynamic shared memory a CTA may be granted at most; 0 on failure. */
 size_t kvs_cuda_smem_optin(void);
+/* @cfg (its one attribute in @attr) for a launch of @fn in clusters of
+ * @size CTAs of @threads threads and @smem dynamic shared memory, one
+ * cluster (the caller sets the grid and stream); grants the memory and,
+ * above 8, the non-portable size.  0 or -KVS_ECUDA. */
+int kvs_cuda_cluster_config(const void *fn, int size, int threads,
+			    size_t smem, cudaLaunchConfig_t *cfg,
+			    cudaLaunchAttribute *attr);
 /* Clusters of @size CTAs of @fn (@threads threads, @smem dynamic shared
  * memory, granted here) resident on the device at once; 0 where none fit
  * or on failure (logged). */

@@ -99,6 +99,30 @@ size_t kvs_cuda_smem_optin(void)
 	return optin;
 }
 
+int kvs_cuda_cluster_config(const void *fn, int size, int threads,
+			    size_t smem, cudaLaunchConfig_t *cfg,
+			    cudaLaunchAttribute *attr)
+{
+	int rc = kvs_cuda_grant_smem(fn, smem);
+
+	if (!rc && size > 8)
+		rc = KVS_CUDA_CHECK(cudaFuncSetAttribute(fn,
+			cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+	if (rc)
+		return rc;
+	*cfg = (cudaLaunchConfig_t){};
+	attr->id = cudaLaunchAttributeClusterDimension;
+	attr->val.clusterDim.x = (unsigned)size;
+	attr->val.clusterDim.y = 1;
+	attr->val.clusterDim.z = 1;
+	cfg->gridDim = dim3((unsigned)size);
+	cfg->blockDim = dim3((unsigned)threads);
+	cfg->dynamicSmemBytes = smem;
+	cfg->attrs = attr;
+	cfg->numAttrs = 1;
+	return 0;
+}
+
 int kvs_cuda_resident_clusters(const void *fn, int threads, size_t smem,
 			       int size)
 {
@@ -106,25 +130,14 @@ int kvs_cuda_resident_clusters(const void *fn, int threads, size_t smem,
 	/* the cache's key: the size in the top bits of the bytes */
 	const size_t key = smem | (size_t)size << 48;
 	struct fn_answer *e = find(tab, fn, key);
-	cudaLaunchConfig_t cfg = {};
+	cudaLaunchConfig_t cfg;
 	cudaLaunchAttribute attr[1];
 	int n = 0;
 
 	if (e && e->fn)
 		return e->value;
-	if (kvs_cuda_grant_smem(fn, smem) ||
-	    (size > 8 && KVS_CUDA_CHECK(cudaFuncSetAttribute(fn,
-			cudaFuncAttributeNonPortableClusterSizeAllowed, 1))))
+	if (kvs_cuda_cluster_config(fn, size, threads, smem, &cfg, attr))
 		return 0;
-	attr[0].id = cudaLaunchAttributeClusterDimension;
-	attr[0].val.clusterDim.x = (unsigned)size;
-	attr[0].val.clusterDim.y = 1;
-	attr[0].val.clusterDim.z = 1;
-	cfg.gridDim = dim3((unsigned)size);
-	cfg.blockDim = dim3((unsigned)threads);
-	cfg.dynamicSmemBytes = smem;
-	cfg.attrs = attr;
-	cfg.numAttrs = 1;
 	/* a size the device cannot place is an answer (none), not an error */
 	if (cudaOccupancyMaxActiveClusters(&n, fn, &cfg) != cudaSuccess) {
 		(void)cudaGetLastError();
