@@ -1251,6 +1251,23 @@ struct fast_state {
 	float m, l;             /* reference max, lane-partial sum; head ti */
 };
 
+/* One word of the Key B operand: the fp16 pair @sp (two channels' steps)
+ * times the query pair split as @qh + @ql, as @hi + @lo: hi = qh * sp
+ * rounded, lo = ql * sp + the exact error of hi (key_operand below). */
+static __device__ __forceinline__ void step_split(uint32_t qh, uint32_t ql,
+						  uint32_t sp, uint32_t &hi,
+						  uint32_t &lo)
+{
+	uint32_t r;
+
+	asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(hi) : "r"(qh), "r"(sp));
+	asm("{\n\t.reg .b32 t;\n\tneg.f16x2 t, %3;\n\t"
+	    "fma.rn.f16x2 %0, %1, %2, t;\n}\n"
+	    : "=r"(r) : "r"(qh), "r"(sp), "r"(hi));
+	asm("fma.rn.f16x2 %0, %1, %2, %3;\n" : "=r"(lo) : "r"(ql), "r"(sp),
+	    "r"(r));
+}
+
 /*
  * Key B operand of one tile, built by the warp together: lane (h, w) takes
  * the 16 channels 16w .. 16w+15 of head h in the pairs (s, 8 + s) that are
@@ -1305,15 +1322,9 @@ static __device__ __forceinline__ float key_operand(const uint8_t *sg,
 			const int s = 2 * e + hs;
 			const uint32_t sp = __byte_perm(sw[0][e], sw[1][e],
 							hs ? 0x7632 : 0x5410);
-			uint32_t hi, r, lo;
+			uint32_t hi, lo;
 
-			asm("mul.rn.f16x2 %0, %1, %2;\n"
-			    : "=r"(hi) : "r"(qh[s]), "r"(sp));
-			asm("{\n\t.reg .b32 t;\n\tneg.f16x2 t, %3;\n\t"
-			    "fma.rn.f16x2 %0, %1, %2, t;\n}\n"
-			    : "=r"(r) : "r"(qh[s]), "r"(sp), "r"(hi));
-			asm("fma.rn.f16x2 %0, %1, %2, %3;\n"
-			    : "=r"(lo) : "r"(ql[s]), "r"(sp), "r"(r));
+			step_split(qh[s], ql[s], sp, hi, lo);
 			hi_row[8 * s + word] = hi;
 			lo_row[8 * s + word] = lo;
 		}
