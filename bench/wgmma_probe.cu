@@ -96,35 +96,12 @@ k_fast(const uint8_t *tiles, const float *q, int iters, float *sink)
 	{
 		const int h = lane >> 3, w = lane & 7;
 		float mx = 0.0f;
-		int ex = 0;
 
 		for (int i = 0; i < 16; i++) {
 			kq.q[i] = q[h * FAST_D + 16 * w + i];
 			mx = fmaxf(mx, fabsf(kq.q[i]));
 		}
-		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-		if (mx > 0.0f)
-			ex = min(max((int)(__float_as_uint(mx) >> 23) - 126,
-				     -120), 100);
-		uint32_t qh[8], ql[8];
-
-		for (int s = 0; s < 8; s++) {
-			const float f = pow2(-ex - 2 * (s & 3));
-
-			qh[s] = split2(false, false, kq.q[s] * f,
-				       kq.q[8 + s] * f);
-			ql[s] = split2(false, true, kq.q[s] * f,
-				       kq.q[8 + s] * f);
-		}
-		for (int i = 0; i < 4; i++) {
-			kq.qp[i] = make_uint4(qh[2 * i], qh[2 * i + 1],
-					      ql[2 * i], ql[2 * i + 1]);
-			qrow[i] = kq.qp[i];
-		}
-		kq.qsh = qrow;
-		kq.ls = __shfl_sync(0xffffffffu, pow2(24 + ex), 8 * ti);
+		kq_split<true, true>(kq, mx, [&]() { return qrow; }, ti);
 	}
 	fast_state st;
 

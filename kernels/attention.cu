@@ -1909,6 +1909,52 @@ static __device__ __forceinline__ void quad_sync(int quad)
 		__syncthreads();
 }
 
+/* The rest of lane (h, w)'s key_query once kq.q holds its 16 channels
+ * and @mx their largest |q|: the head's exponent (over its eight lanes),
+ * q' split into fp16 pairs qh + ql, the warp's own copy at @row_at() (QSH;
+ * called where it is needed, which keeps its address arithmetic out of the
+ * way of the split's), the logit scale for head ti (fast_cta). */
+template <bool SUB, bool QSH, typename ROW>
+static __device__ __forceinline__ void kq_split(key_query &kq, float mx,
+						ROW row_at, int ti)
+{
+	int ex = 0;
+
+	mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+	mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+	mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+	/* frexpf's exponent from the bits, clamped so that every power of
+	 * two below is a normal float (queries under 2^-121 are then scaled
+	 * less than fully; NaN compares false) */
+	if (mx > 0.0f)
+		ex = min(max((int)(__float_as_uint(mx) >> 23) - 126, -120),
+			 100);
+	uint32_t qh[8], ql[8];
+
+#pragma unroll
+	for (int s = 0; s < 8; s++) {
+		const float f = pow2(SUB ? -ex - 2 * (s & 3) : -ex);
+		const float a = kq.q[s] * f, c = kq.q[8 + s] * f;
+
+		qh[s] = split2(false, false, a, c);
+		ql[s] = split2(false, true, a, c);
+	}
+	/* the warp's own copy (one copy written by every warp, the same
+	 * values, was a race that racecheck reports) */
+	uint4 *row = row_at();
+
+	kq.qsh = row;
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		kq.qp[i] = make_uint4(qh[2 * i], qh[2 * i + 1], ql[2 * i],
+				      ql[2 * i + 1]);
+		if (QSH)
+			row[i] = kq.qp[i];
+	}
+	/* logit = MMA sum * 2^(24 (SUB) + ex) for head ti */
+	kq.ls = __shfl_sync(0xffffffffu, pow2((SUB ? 24 : 0) + ex), 8 * ti);
+}
+
 /*
  * The fast path over tiles [@tb, @tb + @tps) of a unit (those its sequence
  * has; warp w takes every fourth from tb + w): one partial per query head
@@ -2016,7 +2062,6 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		const float4 *qv = reinterpret_cast<const float4 *>(
 			qk_s + lane * QK_PITCH);
 		float mx = 0.0f;
-		int ex = 0;
 
 #pragma unroll
 		for (int i = 0; i < 4; i++) {
@@ -2027,40 +2072,10 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 			mx = fmaxf(mx, fmaxf(fmaxf(fabsf(t.x), fabsf(t.y)),
 					     fmaxf(fabsf(t.z), fabsf(t.w))));
 		}
-		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-		/* frexpf's exponent from the bits, clamped so that every
-		 * power of two below is a normal float (queries under 2^-121
-		 * are then scaled less than fully; NaN compares false) */
-		if (mx > 0.0f)
-			ex = min(max((int)(__float_as_uint(mx) >> 23) - 126,
-				     -120), 100);
-		uint32_t qh[8], ql[8];
-
-#pragma unroll
-		for (int s = 0; s < 8; s++) {
-			const float f = pow2(SUB ? -ex - 2 * (s & 3) : -ex);
-			const float a = kq.q[s] * f, c = kq.q[8 + s] * f;
-
-			qh[s] = split2(false, false, a, c);
-			ql[s] = split2(false, true, a, c);
-		}
-		/* the warp's own copy (one copy written by every warp, the
-		 * same values, was a race that racecheck reports) */
-		uint4 *row = reinterpret_cast<uint4 *>(
-			qk_s + QK_PART * (1 + warp) + lane * QK_PITCH);
-		kq.qsh = row;
-#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			kq.qp[i] = make_uint4(qh[2 * i], qh[2 * i + 1],
-					      ql[2 * i], ql[2 * i + 1]);
-			if (QSH)
-				row[i] = kq.qp[i];
-		}
-		/* logit = MMA sum * 2^(24 (SUB) + ex) for head ti */
-		kq.ls = __shfl_sync(0xffffffffu, pow2((SUB ? 24 : 0) + ex),
-				    8 * ti);
+		kq_split<SUB, QSH>(kq, mx, [&]() {
+			return reinterpret_cast<uint4 *>(
+				qk_s + QK_PART * (1 + warp) + lane * QK_PITCH);
+		}, ti);
 	}
 	if (p.pieces) {
 		/* the tail's pieces this warp takes, i = split + n w + 4 n r,
