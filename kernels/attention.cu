@@ -154,12 +154,14 @@ __constant__ uint32_t parts_one[8] = { 1, 1, 1, 1, 1, 1, 1, 1 };
  * entry, generic part done, fast part entry, prologue loaded, first tile
  * ready, tile loop done, fast part done, the warp's tile count (its SM's
  * number << 32); merge:
- * [cta][4] = entry, wait released, done, first loads in.
+ * [cta][8] = entry, wait released, done, first loads in, warp 0's own
+ * splits folded, the warps met, their results folded (before the stores);
+ * the last three only where the merge kernel has them.
  */
 #define TR_CALLS 10
 #define TR_CTAS 2048
 #define TR_ATT (TR_CTAS * WARPS * 8)
-#define TR_CALL (TR_ATT + TR_CTAS * 4)
+#define TR_CALL (TR_ATT + TR_CTAS * 8)
 __device__ unsigned long long kvs_attn_trace[TR_CALLS * TR_CALL];
 
 static __device__ __forceinline__ unsigned long long gtime(void)
@@ -183,7 +185,7 @@ static __device__ __forceinline__ void trace_put(const attn_params &p,
 	if ((threadIdx.x & 31) || (merge ? blockIdx.x : fw / WARPS) >=
 	    TR_CTAS || (merge && warp))
 		return;
-	kvs_attn_trace[p.tr * TR_CALL + (merge ? TR_ATT + blockIdx.x * 4 :
+	kvs_attn_trace[p.tr * TR_CALL + (merge ? TR_ATT + blockIdx.x * 8 :
 			 fw * 8) + ev] = v;
 }
 static __device__ __forceinline__ unsigned smid(void)
@@ -2566,6 +2568,8 @@ __global__ void attn_merge_kernel(const attn_params p)
 					o[j] = fmaf(w, x[u][j], o[j]);
 			}
 		}
+		if (!dry)
+			TRACE_M(4);
 		if (nw > 1) {
 			float *mine = ws_s + warp * row;
 
@@ -2578,6 +2582,8 @@ __global__ void attn_merge_kernel(const attn_params p)
 				if (lane + 32 * j < D)
 					mine[2 + lane + 32 * j] = o[j];
 			__syncthreads();
+			if (!dry)
+				TRACE_M(5);
 			/* warp 0 folds in the others */
 			if (!warp) {
 				float mx = m;
@@ -2607,6 +2613,7 @@ __global__ void attn_merge_kernel(const attn_params p)
 	}
 	if (warp)
 		return;
+	TRACE_M(6);
 #pragma unroll
 	for (int j = 0; j < CPL; j++) {
 		const int c = lane + 32 * j;
