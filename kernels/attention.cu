@@ -154,9 +154,9 @@ __constant__ uint32_t parts_one[8] = { 1, 1, 1, 1, 1, 1, 1, 1 };
  * entry, generic part done, fast part entry, prologue loaded, first tile
  * ready, tile loop done, fast part done, the warp's tile count (its SM's
  * number << 32); merge:
- * [cta][8] = entry, wait released, done, first loads in, warp 0's own
- * splits folded, the warps met, their results folded (before the stores);
- * the last three only where the merge kernel has them.
+ * [cta][8] = entry, wait released, done, the (m, l) pairs in (the global
+ * maximum known), warp 0's own splits folded, the warps met, the stores
+ * begun (the warps' meeting only where a CTA has more than one warp).
  */
 #define TR_CALLS 10
 #define TR_CTAS 2048
@@ -2449,17 +2449,53 @@ __global__ void subnormal_probe(int *ok)
 		*ok = 0;
 }
 
-/* Splits a merge warp takes in one round trip, and the most warps. */
-#define MERGE_CHUNK 16
+/* The most warps of a merge CTA; the (m, l) pairs a merge lane keeps in
+ * registers (up to 32 * MERGE_ML splits in one round trip). */
 #define MERGE_WARPS 8
+#define MERGE_ML 4
 
-/* Warps of a merge CTA for @n splits: one per MERGE_CHUNK, at most
- * MERGE_WARPS. */
-static __host__ __device__ __forceinline__ int merge_warps(int n)
+/* Channels a merge lane takes for head dimension @D (contiguous, one or
+ * two vector loads), and the splits a merge warp loads in one round trip:
+ * within 128 registers a thread (launch bounds), so that a merge CTA of up
+ * to five warps ((1, 32K)'s) fits in the registers two 3-CTA build
+ * attention CTAs leave on an SM and starts while they run. */
+static __host__ __device__ __forceinline__ int merge_cpl(int D)
 {
-	const int w = (n + MERGE_CHUNK - 1) / MERGE_CHUNK;
+	return D <= 64 ? 2 : (D <= 128 ? 4 : 8);
+}
+#define MERGE_CHUNK(cpl) ((cpl) > 4 ? 8 : 16)
+
+/* Warps of a merge CTA for @n splits of head dimension @D: one per chunk,
+ * at most MERGE_WARPS. */
+static __host__ __device__ __forceinline__ int merge_warps(int n, int D)
+{
+	const int ch = MERGE_CHUNK(merge_cpl(D));
+	const int w = (n + ch - 1) / ch;
 
 	return w < 1 ? 1 : (w > MERGE_WARPS ? MERGE_WARPS : w);
+}
+
+/* @N floats at @src (N = 2, 4 or 8; 8- or 16-byte aligned) into @x. */
+template <int N>
+static __device__ __forceinline__ void ld_vec(const float *src, float x[N])
+{
+	if constexpr (N == 2) {
+		const float2 v = *reinterpret_cast<const float2 *>(src);
+
+		x[0] = v.x;
+		x[1] = v.y;
+	} else {
+#pragma unroll
+		for (int k = 0; k < N; k += 4) {
+			const float4 v = *reinterpret_cast<const float4 *>(
+				src + k);
+
+			x[k] = v.x;
+			x[k + 1] = v.y;
+			x[k + 2] = v.z;
+			x[k + 3] = v.w;
+		}
+	}
 }
 
 /*
@@ -2467,37 +2503,33 @@ static __host__ __device__ __forceinline__ int merge_warps(int n)
  * attn_kernel: it may start while the last attention CTAs run and waits
  * for their results at griddepcontrol.wait, having first run its code dry
  * (no global loads or stores) so that the merge proper does not wait for
- * instruction fetches (session 14: 0.2-0.4 us at batch 1).  Warp w takes
- * splits w, w + W, ... in chunks of MERGE_CHUNK: every lane loads the
- * chunk's (m, l) pairs and its CPL channels of each partial (channel
- * lane + 32 j) at once, one round trip, then folds them into its running
- * (m, l, o) by log-sum-exp in registers.  With one warp (up to MERGE_CHUNK
- * splits) that is all; with more, the warps' results meet in shared memory
- * behind one barrier.
- * (Session 9: the 256-thread merge before it spent ~1.2 us after its loads
- * on three barriers.)
+ * instruction fetches (session 14: 0.2-0.4 us at batch 1; session 20's
+ * trace found the stores, the one step the dry pass left out, taking
+ * ~0.5 us).
+ *
+ * Everything a CTA needs is asked for in one round trip: each lane loads
+ * the (m, l) pairs of splits lane, lane + 32, ... (every warp all of
+ * them), and warp w the partials of its splits w, w + W, ... (a chunk,
+ * CPL contiguous channels a lane).  Every warp then knows the global
+ * maximum M and sum l = sum_s 2^(m_s - M) l_s on its own (shuffles), so
+ * that each split's weight is final when it is folded: no running
+ * rescale, and the warps' sums meet in shared memory as plain sums, one
+ * barrier, after which every thread stores channels of o / l.
  */
 template <int CPL>
-__global__ void attn_merge_kernel(const attn_params p)
+__global__ void __launch_bounds__(MERGE_WARPS * 32, 2)
+attn_merge_kernel(const attn_params p)
 {
-	/* per warp a row of m, l, then o[D] */
+	constexpr int CH = MERGE_CHUNK(CPL);
+	/* per warp its sum of weighted partials, D floats */
 	extern __shared__ __align__(16) float ws_s[];
 	const int b = blockIdx.x / p.Hq, qh = blockIdx.x % p.Hq;
-	const int D = p.D, pitch = ws_pitch(D), row = D + 2;
+	const int D = p.D, pitch = ws_pitch(D);
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int nw = blockDim.x >> 5;
+	const int c0 = lane * CPL;              /* this lane's channels */
 	const float *base = partial(p, b, qh, 0);
-	float m = -INFINITY, l = 0.0f, o[CPL];
-	/* the running (l, o) rescaled to a new maximum @mx (finite) */
-	auto rescale = [&](float mx) {
-		const float a = exp2f(m - mx);
-
-		l *= a;
-#pragma unroll
-		for (int j = 0; j < CPL; j++)
-			o[j] *= a;
-		m = mx;
-	};
+	const size_t out0 = (size_t)(b * p.Hq + qh) * D;
 
 	TRACE_M(0);
 	/*
@@ -2514,112 +2546,111 @@ __global__ void attn_merge_kernel(const attn_params p)
 		asm volatile("mov.b32 %0, %1;\n"
 			     : "=r"(dry) : "r"(pass == 0 ? 1 : 0));
 		const int n = dry ? 0 : p.n_slots;
+		float xm[CH], x[CH][CPL], o[CPL];
+		float2 ml[MERGE_ML];
+		/* the m and channels of splits s0, s0 + nw, ... (none past n:
+		 * m = -inf, weight 0) */
+		auto load_chunk = [&](int s0) {
+#pragma unroll
+			for (int u = 0; u < CH; u++) {
+				const int s = s0 + u * nw;
+				const float *r = base + (size_t)s * pitch;
+
+				xm[u] = s < n ? r[D] : -INFINITY;
+				if (s < n && c0 < D)
+					ld_vec<CPL>(r + c0, x[u]);
+				else
+#pragma unroll
+					for (int j = 0; j < CPL; j++)
+						x[u][j] = 0.0f;
+			}
+		};
 
 		if (!dry) {
 			asm volatile("griddepcontrol.wait;\n" ::: "memory");
 			TRACE_M(1);
 		}
-		m = -INFINITY;
-		l = 0.0f;
+		load_chunk(warp);
+#pragma unroll
+		for (int i = 0; i < MERGE_ML; i++) {
+			const int s = lane + 32 * i;
+
+			ml[i] = s < n ? *reinterpret_cast<const float2 *>(
+				base + (size_t)s * pitch + D) :
+				make_float2(-INFINITY, 0.0f);
+		}
+		float mx = -INFINITY, l = 0.0f;
+
+#pragma unroll
+		for (int i = 0; i < MERGE_ML; i++)
+			mx = fmaxf(mx, ml[i].x);
+		for (int s = lane + 32 * MERGE_ML; s < n; s += 32)
+			mx = fmaxf(mx, base[(size_t)s * pitch + D]);
+		mx = warp_max(mx);
+		if (!dry)
+			TRACE_M(3);
+		if (mx == -INFINITY)
+			mx = 0.0f;      /* no token in any split: weights 0 */
+#pragma unroll
+		for (int i = 0; i < MERGE_ML; i++)
+			l = fmaf(exp2f(ml[i].x - mx), ml[i].y, l);
+		for (int s = lane + 32 * MERGE_ML; s < n; s += 32) {
+			const float2 v = *reinterpret_cast<const float2 *>(
+				base + (size_t)s * pitch + D);
+
+			l = fmaf(exp2f(v.x - mx), v.y, l);
+		}
+		l = warp_sum(l);
 #pragma unroll
 		for (int j = 0; j < CPL; j++)
 			o[j] = 0.0f;
-		/* in the dry pass the folds run on m = 0 (no load) */
-		const float none = dry ? 0.0f : -INFINITY;
-
-		/* (the dry pass: one chunk a warp, so that every warp's
-		 * scheduler has seen the code) */
-		for (int s0 = warp; s0 < (dry ? warp + 1 : n);
-		     s0 += nw * MERGE_CHUNK) {
-			float2 ml[MERGE_CHUNK];
-			float x[MERGE_CHUNK][CPL];
-
+		for (int s0 = warp;;) {
 #pragma unroll
-			for (int u = 0; u < MERGE_CHUNK; u++) {
-				const int sp = s0 + u * nw;
-				const float *r = base + (size_t)sp * pitch;
+			for (int u = 0; u < CH; u++) {
+				const float w = exp2f(xm[u] - mx);
 
-				ml[u] = sp < n ? *reinterpret_cast<const float2 *>(
-					r + D) : make_float2(none, 0.0f);
-#pragma unroll
-				for (int j = 0; j < CPL; j++) {
-					const int c = lane + 32 * j;
-
-					x[u][j] = sp < n && c < D ? r[c] : 0.0f;
-				}
-			}
-			float mx = m;
-
-#pragma unroll
-			for (int u = 0; u < MERGE_CHUNK; u++)
-				mx = fmaxf(mx, ml[u].x);
-			if (s0 == warp && !dry)
-				TRACE_M(3);
-			if (mx == -INFINITY)
-				continue;               /* nothing yet */
-			rescale(mx);
-#pragma unroll
-			for (int u = 0; u < MERGE_CHUNK; u++) {
-				const float w = exp2f(ml[u].x - m);
-
-				l = fmaf(w, ml[u].y, l);
 #pragma unroll
 				for (int j = 0; j < CPL; j++)
 					o[j] = fmaf(w, x[u][j], o[j]);
 			}
+			s0 += nw * CH;
+			if (s0 >= n)
+				break;
+			load_chunk(s0);
 		}
 		if (!dry)
 			TRACE_M(4);
-		if (nw > 1) {
-			float *mine = ws_s + warp * row;
+		const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 
-			if (lane == 0) {
-				mine[0] = m;
-				mine[1] = l;
-			}
+		if (nw == 1) {
+			if (!dry)
+				TRACE_M(6);
 #pragma unroll
 			for (int j = 0; j < CPL; j++)
-				if (lane + 32 * j < D)
-					mine[2 + lane + 32 * j] = o[j];
-			__syncthreads();
-			if (!dry)
-				TRACE_M(5);
-			/* warp 0 folds in the others */
-			if (!warp) {
-				float mx = m;
-
-				for (int w = 1; w < nw; w++)
-					mx = fmaxf(mx, ws_s[w * row]);
-				if (mx != -INFINITY) {
-					rescale(mx);
-					for (int w = 1; w < nw; w++) {
-						const float *r = ws_s + w * row;
-						const float wt = exp2f(r[0] - m);
-
-						l = fmaf(wt, r[1], l);
-#pragma unroll
-						for (int j = 0; j < CPL; j++)
-							if (lane + 32 * j < D)
-								o[j] = fmaf(wt,
-								    r[2 + lane +
-								      32 * j],
-								    o[j]);
-					}
-				}
-			}
-			if (dry)
-				__syncthreads();        /* rows reused */
+				if (c0 + j < D && !dry)
+					st_elem(p.odt, p.out, out0 + c0 + j,
+						o[j] * inv);
+			continue;
 		}
-	}
-	if (warp)
-		return;
-	TRACE_M(6);
+		if (c0 < D)
 #pragma unroll
-	for (int j = 0; j < CPL; j++) {
-		const int c = lane + 32 * j;
+			for (int j = 0; j < CPL; j++)
+				ws_s[warp * D + c0 + j] = o[j];
+		__syncthreads();
+		if (!dry) {
+			TRACE_M(5);
+			TRACE_M(6);
+		}
+		for (int c = threadIdx.x; c < D; c += blockDim.x) {
+			float sum = 0.0f;
 
-		if (c < D)
-			out_elem(p, (size_t)(b * p.Hq + qh) * D + c, o[j], l);
+			for (int w = 0; w < nw; w++)
+				sum += ws_s[w * D + c];
+			if (!dry)
+				st_elem(p.odt, p.out, out0 + c, sum * inv);
+		}
+		if (dry)
+			__syncthreads();        /* rows reused */
 	}
 	TRACE_M(2);
 }
@@ -3075,15 +3106,15 @@ static int merge_launch(const attn_params &p, cudaStream_t stream)
 {
 	cudaLaunchConfig_t cfg = {};
 	cudaLaunchAttribute attr[1];
-	const int nw = merge_warps(p.n_slots);
-	void (*fn)(const attn_params) = p.D <= 64 ? attn_merge_kernel<2> :
-		p.D <= 128 ? attn_merge_kernel<4> : attn_merge_kernel<8>;
+	const int nw = merge_warps(p.n_slots, p.D), cpl = merge_cpl(p.D);
+	void (*fn)(const attn_params) = cpl == 2 ? attn_merge_kernel<2> :
+		cpl == 4 ? attn_merge_kernel<4> : attn_merge_kernel<8>;
 
 	attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
 	attr[0].val.programmaticStreamSerializationAllowed = 1;
 	cfg.gridDim = dim3(p.B * p.Hq);
 	cfg.blockDim = dim3(32 * nw);
-	cfg.dynamicSmemBytes = nw > 1 ? sizeof(float) * nw * (p.D + 2) : 0;
+	cfg.dynamicSmemBytes = nw > 1 ? sizeof(float) * nw * p.D : 0;
 	cfg.stream = stream;
 	cfg.attrs = attr;
 	cfg.numAttrs = 1;
