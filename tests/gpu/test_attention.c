@@ -449,6 +449,15 @@ static void test_long(void **state)
 		{ "128K, one sequence, cluster plan, bf16", 1, 2, 8,
 		  SHAPE(2, 128, 32, 2, 128), KVS_DTYPE_BF16, KIVI, 131072,
 		  131072, 128, KVS_CUDA_ATTN_CLUSTER },
+		/* generic splits by the hundred: the merge's (m, l) pairs
+		 * past its registers and its later chunks, at its narrowest
+		 * and widest lanes */
+		{ "D=64, one long sequence", 1, 2, 4,
+		  SHAPE(2, 64, 32, 2, 128), KVS_DTYPE_F16, RANDOM, 20000,
+		  24000, 0, 0 },
+		{ "D=256, one long sequence, bf16", 1, 2, 4,
+		  SHAPE(2, 256, 32, 2, 128), KVS_DTYPE_BF16, KIVI, 12000,
+		  16000, 0, 0 },
 	};
 
 	(void)state;
