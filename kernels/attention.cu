@@ -2080,14 +2080,16 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		}, ti);
 	}
 	if (p.pieces) {
-		/* the tail's pieces this warp takes, i = split + n w + 4 n r,
-		 * in the stage area before the tiles: at the start their
-		 * round trips overlap the other warps' tiles */
+		/* the tail's pieces this warp takes, i = split + n w' + 4 n r
+		 * with w' = 3 - w (the last warps have the fewest tiles where
+		 * a split's tiles are not a multiple of 4), in the stage area
+		 * before the tiles: at the start their round trips overlap
+		 * the other warps' tiles */
 		const int fe = fast_end(p, sq);
 		const int np = ((int)(sq.k_quant_len + sq.k_resid_len) - fe +
 				PIECE - 1) / PIECE;
 
-		for (int i = slot + p.n_fast * warp; i < np;
+		for (int i = slot + p.n_fast * (WARPS - 1 - warp); i < np;
 		     i += WARPS * p.n_fast) {
 			const piece_at a = piece_of(sq, fe, i);
 
