@@ -16,8 +16,8 @@ CUDA-graph replays of 10 calls) and, after the replays, prints per call
 first CTA: the generic CTAs' duration and end, the fast warps' prologue,
 wait for the first tile, tile loop and epilogue (medians) and their ends,
 the merge's release and end, its steps after the first loads (its own
-splits folded, the warps' meeting, their fold, the stores), and the next
-call's start.  The trace points
+splits folded, the warps' meeting, the stores), and the next call's
+start.  The trace points
 cost a few stores per warp: times are close to, not equal to, the
 untraced build's.  Per SM (the trace records each warp's SM): the end of
 its last fast warp and its fast tiles per microsecond.  With
@@ -38,10 +38,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attn_bench as ab  # noqa: E402
 
 # the trace's layout (attention.cu): per call, [CTA][warp][8] attention
-# events, then [CTA][8] merge events
+# events, then [CTA][6] merge events
 TR_CALLS, TR_CTAS, WARPS = 10, 2048, 4
 TR_ATT = TR_CTAS * WARPS * 8
-TR_CALL = TR_ATT + TR_CTAS * 8
+TR_CALL = TR_ATT + TR_CTAS * 6
 if len(sys.argv) < 3:
     sys.exit("usage: attn_trace.py LIB SHAPES [flags]")
 lib_path, shapes = sys.argv[1], sys.argv[2]
@@ -70,7 +70,7 @@ def analyse(tag):
     rows = []
     for n, c in enumerate(order):
         att = a[c, :TR_ATT].reshape(TR_CTAS, WARPS, 8)
-        mg = a[c, TR_ATT:].reshape(TR_CTAS, 8)
+        mg = a[c, TR_ATT:].reshape(TR_CTAS, 6)
         t0 = t0s[c]
         v = att[:, 0, 0] > 0
         ncta = int(v.sum())
@@ -134,18 +134,13 @@ def analyse(tag):
             r["m_loaded_max"] = (m[:, 3].max() - t0) / 1e3
             r["m_end_max"] = (m[:, 2].max() - t0) / 1e3
             # the merge kernel's steps after its first loads, per CTA
-            # (medians): own splits folded, warps met, all folded, stores
-            # issued
-            if (m[:, 4] > 0).any():
-                st4 = m[:, 4] > 0
+            # (medians): own splits folded, the warps' meeting (to the
+            # stores' start), the stores to the end
+            st4 = (m[:, 4] > 0) & (m[:, 5] > 0)
+            if st4.any():
                 r["m_fold_med"] = med(list(m[st4, 4] - m[st4, 3])) / 1e3
-                met = st4 & (m[:, 5] > 0)
-                if met.any():
-                    r["m_meet_med"] = med(list(m[met, 5] -
-                                               m[met, 4])) / 1e3
-                    r["m_fold2_med"] = med(list(m[met, 6] -
-                                                m[met, 5])) / 1e3
-                r["m_store_med"] = med(list(m[st4, 2] - m[st4, 6])) / 1e3
+                r["m_meet_med"] = med(list(m[st4, 5] - m[st4, 4])) / 1e3
+                r["m_store_med"] = med(list(m[st4, 2] - m[st4, 5])) / 1e3
                 r["m_in_med"] = med(list(m[st4, 3] - m[st4, 1])) / 1e3
         if n + 1 < len(order):
             r["next_start"] = (t0s[order[n + 1]] - t0) / 1e3
