@@ -4,7 +4,9 @@
 # Builds libkvstash_cuda.so once per parts mask (kernels/attention.cu,
 # KVS_ATTN_PARTS: 1 compute only, 2 no Key MMAs, 4 no Value update, 8 no
 # Key B operand, 16 no Value origin sums, 32 copy only, 64 code operands on
-# the FMA pipe) in build-parts-<mask>/, then times each with
+# the FMA pipe, 128 the copies never waited for, 256 the copies with a
+# source size of 0 (nothing read), 512 every tile from one page, so from
+# L2) in build-parts-<mask>/, then times each with
 # bench/attn_bench.py, mask 0 (the real kernel) first and last, and prints
 # one line per mask and shape.  Results of masks other than 0 are wrong on
 # purpose: the times say what each part costs.  Then, per shape, each

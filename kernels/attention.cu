@@ -67,8 +67,13 @@ namespace cg = cooperative_groups;
  * A third stage (two in flight, ~96 KB a 4-CTA SM) kept the stream no
  * fuller and only lengthened the queue that every other load of the SM
  * waits behind: the first tiles and the residual tail's round trips
- * (docs/KERNELS.md, session 12) */
+ * (docs/KERNELS.md, session 12).  -DKVS_ATTN_STAGES=n: another depth, for
+ * measuring only */
+#ifdef KVS_ATTN_STAGES
+#define STAGES KVS_ATTN_STAGES
+#else
 #define STAGES 2
+#endif
 #define TILE_BYTES 3072
 #define FAST_D 128
 #define KB_PITCH 272      /* bytes per row of the Key B matrix (8 rows) */
@@ -136,7 +141,11 @@ struct attn_params {
  * code loads and ANDs); 4 no Value update; 8 no Key B operand (nor the
  * origin dot); 16 no Value origin sums; 32 copy only (no tile compute);
  * 64 the code operands by IMAD with an opaque 1 (the FMA pipe) instead of
- * the ALU's LOP3.
+ * the ALU's LOP3; 128 the tiles copied as always but waited for only
+ * until every stage has held a tile (the stream's issue and shared-memory
+ * writes beside the compute, without its latency); 256 every 16-byte copy
+ * with a source size of 0 (zeros written, nothing read); 512 every tile
+ * read from the first page of the CTA's list (the stream from L2).
  */
 #ifndef KVS_ATTN_PARTS
 #define KVS_ATTN_PARTS 0
@@ -515,8 +524,13 @@ static __device__ __forceinline__ void cp_async16(void *dst, const void *src)
 {
 	uint32_t s = (uint32_t)__cvta_generic_to_shared(dst);
 
+#if KVS_ATTN_PARTS & 256
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, 0;\n"
+		     :: "r"(s), "l"(src));
+#else
 	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
 		     :: "r"(s), "l"(src));
+#endif
 }
 
 static __device__ __forceinline__ void cp_async8(void *dst, const void *src)
@@ -1217,7 +1231,9 @@ static __device__ __forceinline__ void issue_tile(const attn_params &p,
 						  const int32_t *pages,
 						  uint8_t *stage)
 {
-	const uint8_t *pg = p.pool + (uint64_t)pages[c.slot] * p.page_stride;
+	/* PART 512: every tile from the staged list's first page (L2 hits) */
+	const uint8_t *pg = p.pool + (uint64_t)pages[PART_OFF(512) ? 0 :
+						     c.slot] * p.page_stride;
 	const uint32_t t32 = (uint32_t)c.tt0 * 32, t8 = (uint32_t)c.tt0 * 8;
 
 	/* one 64-bit page address, then 32-bit offsets (left to itself the
@@ -2112,7 +2128,8 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 			cursor_next(cur, p);
 		}
 		cp_commit();
-		cp_wait<STAGES - 1>();
+		if (!PART_OFF(128) || k < STAGES)
+			cp_wait<STAGES - 1>();
 		__syncwarp();
 		if (k == 0)
 			TRACE(4);
