@@ -87,6 +87,10 @@ class Seal(C.Structure):
                 ("v_head_stride", C.c_int64)]
 
 
+# --diag: a diagnostic build's output is not checked (see main)
+DIAG = False
+
+
 def load(path):
     lib = C.CDLL(path)
     lib.kvs_cuda_attn_workspace.restype = C.c_uint64
@@ -350,7 +354,7 @@ def bench_shape(lib, B, T, bw, runs, page_stride, flags, tail_hint=True,
     out.fill_(float("nan"))
     run_kvs()
     torch.cuda.synchronize()
-    if not torch.isfinite(out).all():
+    if not torch.isfinite(out).all() and not DIAG:
         sys.exit("kvstash output not finite at %dx%d" % (B, T))
     if alt:
         # the other flags must compute the same attention (up to the
@@ -505,8 +509,13 @@ def main():
     ap.add_argument("--cool", type=float, default=2.0, metavar="S",
                     help="seconds the GPU idles before each shape's "
                     "headline timing (default 2)")
+    ap.add_argument("--diag", action="store_true",
+                    help="a diagnostic build (KVS_ATTN_PARTS): its output "
+                    "is wrong on purpose, so not checked for finite values")
     ap.add_argument("--json")
     opt = ap.parse_args()
+    global DIAG
+    DIAG = opt.diag
     lib = load(opt.lib)
     page_stride = pool_page_stride(lib)
     if opt.page_stride:

@@ -6,7 +6,8 @@
 # Key B operand, 16 no Value origin sums, 32 copy only, 64 code operands on
 # the FMA pipe, 128 the copies never waited for, 256 the copies with a
 # source size of 0 (nothing read), 512 every tile from one page, so from
-# L2) in build-parts-<mask>/, then times each with
+# L2, 1025 compute only beside a quad's bulk-copy ring) in
+# build-parts-<mask>/, then times each with
 # bench/attn_bench.py, mask 0 (the real kernel) first and last, and prints
 # one line per mask and shape.  Results of masks other than 0 are wrong on
 # purpose: the times say what each part costs.  Then, per shape, each
@@ -43,7 +44,9 @@ echo "mask shape kvstash_us sdpa_us ratio bw_share"
 for m in 0 $masks 0; do
 	lib="build-parts-$m/kernels/libkvstash_cuda.so"
 	[ -f "$lib" ] || continue
-	python3 bench/attn_bench.py --lib "$lib" --no-seal --runs 30 \
+	diag=--diag
+	[ "$m" = 0 ] && diag=
+	python3 bench/attn_bench.py --lib "$lib" --no-seal $diag --runs 30 \
 		--shapes "$shapes" 2>&1 |
 		grep -E '^[0-9]+x[0-9]+ ' | sed "s/^/$m /" | tee -a "$lines"
 done

@@ -145,7 +145,10 @@ struct attn_params {
  * until every stage has held a tile (the stream's issue and shared-memory
  * writes beside the compute, without its latency); 256 every 16-byte copy
  * with a source size of 0 (zeros written, nothing read); 512 every tile
- * read from the first page of the CTA's list (the stream from L2).
+ * read from the first page of the CTA's list (the stream from L2); 1024
+ * (with 1) the quad's tiles as bulk copies by one thread into a ring of
+ * two 12 KB slots over the warps' stage areas, behind mbarriers, the
+ * compute reading its first tiles as with 1 alone.
  */
 #ifndef KVS_ATTN_PARTS
 #define KVS_ATTN_PARTS 0
@@ -551,6 +554,51 @@ static __device__ __forceinline__ void cp_wait(void)
 {
 	asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
 }
+
+#if KVS_ATTN_PARTS & 1024
+/* Diagnostic (PART 1024): mbarriers and bulk copies for a quad's ring */
+static __device__ __forceinline__ uint32_t smem_u32(const void *x)
+{
+	return (uint32_t)__cvta_generic_to_shared(x);
+}
+
+static __device__ __forceinline__ void mbar_init(uint64_t *b, int count)
+{
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n"
+		     :: "r"(smem_u32(b)), "r"(count));
+}
+
+static __device__ __forceinline__ void mbar_arrive(uint64_t *b)
+{
+	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n"
+		     :: "r"(smem_u32(b)) : "memory");
+}
+
+static __device__ __forceinline__ void mbar_expect(uint64_t *b, uint32_t tx)
+{
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+		     :: "r"(smem_u32(b)), "r"(tx) : "memory");
+}
+
+static __device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t par)
+{
+	asm volatile("{\n"
+		     ".reg .pred P;\n"
+		     "WAIT_%=:\n"
+		     "mbarrier.try_wait.parity.shared::cta.b64 P, [%0], %1;\n"
+		     "@!P bra WAIT_%=;\n"
+		     "}\n" :: "r"(smem_u32(b)), "r"(par) : "memory");
+}
+
+static __device__ __forceinline__ void bulk_copy(void *dst, const void *src,
+						 uint32_t n, uint64_t *b)
+{
+	asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::"
+		     "complete_tx::bytes [%0], [%1], %2, [%3];\n"
+		     :: "r"(smem_u32(dst)), "l"(src), "r"(n), "r"(smem_u32(b))
+		     : "memory");
+}
+#endif
 
 /* Thread @tid (< 2 D / 8) stages its 8 Key metadata elements @m (origins,
  * then steps) of a history chunk at @c0 as floats in @km; then a barrier. */
@@ -2049,8 +2097,61 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		st.so[g] = 0.0f;
 	st.m = -INFINITY;
 	st.l = 0.0f;
+#if KVS_ATTN_PARTS & 1024
+	/* the quad's four tiles an iteration as six bulk copies issued by
+	 * thread 0 (12 KB: Key and Value codes 4 KB each, four 1 KB metadata
+	 * rows) into a two-slot ring over the warps' stage areas, full and
+	 * empty mbarriers; the compute as PART 1 (results wrong, times real) */
+	__shared__ uint64_t bulk_bars[QUADS][4];
+	uint64_t *bb = bulk_bars[CL ? quad : 0];
+	const int mine0 = tb < te ? (te - tb + WARPS - 1) / WARPS : 0;
+	tile_cursor bc;
+
+	if (tid == 0) {
+		mbar_init(&bb[0], 1);
+		mbar_init(&bb[1], 1);
+		mbar_init(&bb[2], WARPS);
+		mbar_init(&bb[3], WARPS);
+		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+	}
+	auto bulk_issue = [&](int it) {
+		const int sl = it & 1;
+		const uint8_t *pg = p.pool + (uint64_t)pages[bc.slot] *
+				    p.page_stride;
+		uint32_t t0 = (uint32_t)bc.tt0;
+
+		if (t0 + WARPS * TILE > p.S)
+			t0 = p.S - WARPS * TILE;
+		uint8_t *da = smem + 2 * sl * WARP_SMEM, *db = da + WARP_SMEM;
+		const uint32_t cs = (uint32_t)h * p.S * 32 + t0 * 32;
+		const uint32_t ks = (uint32_t)h * (p.S / TILE) * FAST_D * 2 +
+				    t0 * 8;
+		const uint32_t vs = (uint32_t)h * p.S * 8 + t0 * 8;
+
+		mbar_expect(&bb[sl], 12288);
+		bulk_copy(da, pg + p.lay.off[KVS_SEC_KEY_CODES] + cs, 4096,
+			  &bb[sl]);
+		bulk_copy(db, pg + p.lay.off[KVS_SEC_VAL_CODES] + cs, 4096,
+			  &bb[sl]);
+		bulk_copy(da + 4096, pg + p.lay.off[KVS_SEC_KEY_ORIGIN] + ks,
+			  1024, &bb[sl]);
+		bulk_copy(da + 5120, pg + p.lay.off[KVS_SEC_KEY_STEP] + ks,
+			  1024, &bb[sl]);
+		bulk_copy(db + 4096, pg + p.lay.off[KVS_SEC_VAL_ORIGIN] + vs,
+			  1024, &bb[sl]);
+		bulk_copy(db + 5120, pg + p.lay.off[KVS_SEC_VAL_STEP] + vs,
+			  1024, &bb[sl]);
+		cursor_next(bc, p);
+	};
+#endif
 	quad_sync<CL>(quad);
 	TRACE(3);
+#if KVS_ATTN_PARTS & 1024
+	if (tid == 0 && mine0 > 0) {
+		cursor_init(bc, p, h, tb, page0, 0);
+		bulk_issue(0);
+	}
+#endif
 	TRACE_N(7, mine | (unsigned long long)smid() << 32);
 	tile_cursor cur;
 	uint8_t *stage[STAGES];
@@ -2130,12 +2231,26 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		cp_commit();
 		if (!PART_OFF(128) || k < STAGES)
 			cp_wait<STAGES - 1>();
+#if KVS_ATTN_PARTS & 1024
+		if (tid == 0 && k + 1 < mine0) {
+			if (k > 0)
+				mbar_wait(&bb[2 + ((k - 1) & 1)],
+					  ((k - 1) >> 1) & 1);
+			bulk_issue(k + 1);
+		}
+		mbar_wait(&bb[k & 1], (k >> 1) & 1);
+#endif
 		__syncwarp();
 		if (k == 0)
 			TRACE(4);
 		if (!PART_OFF(32))
 			fast_tile<SUB, QSH>(stage[0], kq, scratch, p_s, st,
 					    lane);
+#if KVS_ATTN_PARTS & 1024
+		__syncwarp();
+		if (lane == 0)
+			mbar_arrive(&bb[2 + (k & 1)]);
+#endif
 		/* rotate the ring: the stage just read is refilled next */
 		uint8_t *done = stage[0];
 #pragma unroll
