@@ -523,25 +523,29 @@ static __device__ __forceinline__ void store8(float *dst, const float x[8])
 	d4[1] = make_float4(x[4], x[5], x[6], x[7]);
 }
 
+/* A shared-memory pointer as the 32-bit address PTX takes. */
+static __device__ __forceinline__ uint32_t smem_u32(const void *x)
+{
+	return (uint32_t)__cvta_generic_to_shared(x);
+}
+
+/* PART 256: a source size of 0, so that nothing is read (zeros written) */
+#if KVS_ATTN_PARTS & 256
+#define CP16_SRC_SIZE ", 0"
+#else
+#define CP16_SRC_SIZE ""
+#endif
+
 static __device__ __forceinline__ void cp_async16(void *dst, const void *src)
 {
-	uint32_t s = (uint32_t)__cvta_generic_to_shared(dst);
-
-#if KVS_ATTN_PARTS & 256
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, 0;\n"
-		     :: "r"(s), "l"(src));
-#else
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
-		     :: "r"(s), "l"(src));
-#endif
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16"
+		     CP16_SRC_SIZE ";\n" :: "r"(smem_u32(dst)), "l"(src));
 }
 
 static __device__ __forceinline__ void cp_async8(void *dst, const void *src)
 {
-	uint32_t s = (uint32_t)__cvta_generic_to_shared(dst);
-
 	asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n"
-		     :: "r"(s), "l"(src));
+		     :: "r"(smem_u32(dst)), "l"(src));
 }
 
 static __device__ __forceinline__ void cp_commit(void)
@@ -557,11 +561,6 @@ static __device__ __forceinline__ void cp_wait(void)
 
 #if KVS_ATTN_PARTS & 1024
 /* Diagnostic (PART 1024): mbarriers and bulk copies for a quad's ring */
-static __device__ __forceinline__ uint32_t smem_u32(const void *x)
-{
-	return (uint32_t)__cvta_generic_to_shared(x);
-}
-
 static __device__ __forceinline__ void mbar_init(uint64_t *b, int count)
 {
 	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n"
@@ -1150,7 +1149,7 @@ static __device__ __forceinline__ void mma16816(float c[4], uint32_t a0,
 template <bool TRANS>
 static __device__ __forceinline__ void ldsm4(uint32_t r[4], const void *p)
 {
-	uint32_t s = (uint32_t)__cvta_generic_to_shared(p);
+	const uint32_t s = smem_u32(p);
 
 	if (TRANS)
 		LDSM4("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16");
@@ -2107,6 +2106,7 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 	const int mine0 = tb < te ? (te - tb + WARPS - 1) / WARPS : 0;
 	tile_cursor bc;
 
+	cursor_init(bc, p, h, tb, page0, 0);
 	if (tid == 0) {
 		mbar_init(&bb[0], 1);
 		mbar_init(&bb[1], 1);
@@ -2114,43 +2114,38 @@ static __device__ void fast_cta(const attn_params &p, int tb, int tps,
 		mbar_init(&bb[3], WARPS);
 		asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 	}
+	/* lane 0's cursor: its source offsets are the sections' (origins
+	 * for the metadata) for token 0 of the head; the four tiles from
+	 * the page's last 128 tokens where fewer are left (S >= 128, the
+	 * benchmark's) */
 	auto bulk_issue = [&](int it) {
 		const int sl = it & 1;
 		const uint8_t *pg = p.pool + (uint64_t)pages[bc.slot] *
 				    p.page_stride;
-		uint32_t t0 = (uint32_t)bc.tt0;
-
-		if (t0 + WARPS * TILE > p.S)
-			t0 = p.S - WARPS * TILE;
+		const uint32_t t0 = min((uint32_t)bc.tt0,
+					(uint32_t)(p.S - WARPS * TILE));
+		const uint32_t kstep = p.lay.off[KVS_SEC_KEY_STEP] -
+				       p.lay.off[KVS_SEC_KEY_ORIGIN];
+		const uint32_t vstep = p.lay.off[KVS_SEC_VAL_STEP] -
+				       p.lay.off[KVS_SEC_VAL_ORIGIN];
 		uint8_t *da = smem + 2 * sl * WARP_SMEM, *db = da + WARP_SMEM;
-		const uint32_t cs = (uint32_t)h * p.S * 32 + t0 * 32;
-		const uint32_t ks = (uint32_t)h * (p.S / TILE) * FAST_D * 2 +
-				    t0 * 8;
-		const uint32_t vs = (uint32_t)h * p.S * 8 + t0 * 8;
+		const uint8_t *km = pg + bc.km + t0 * 8, *vm = pg + bc.vm + t0 * 8;
 
 		mbar_expect(&bb[sl], 12288);
-		bulk_copy(da, pg + p.lay.off[KVS_SEC_KEY_CODES] + cs, 4096,
-			  &bb[sl]);
-		bulk_copy(db, pg + p.lay.off[KVS_SEC_VAL_CODES] + cs, 4096,
-			  &bb[sl]);
-		bulk_copy(da + 4096, pg + p.lay.off[KVS_SEC_KEY_ORIGIN] + ks,
-			  1024, &bb[sl]);
-		bulk_copy(da + 5120, pg + p.lay.off[KVS_SEC_KEY_STEP] + ks,
-			  1024, &bb[sl]);
-		bulk_copy(db + 4096, pg + p.lay.off[KVS_SEC_VAL_ORIGIN] + vs,
-			  1024, &bb[sl]);
-		bulk_copy(db + 5120, pg + p.lay.off[KVS_SEC_VAL_STEP] + vs,
-			  1024, &bb[sl]);
+		bulk_copy(da, pg + bc.kc + t0 * 32, 4096, &bb[sl]);
+		bulk_copy(db, pg + bc.vc + t0 * 32, 4096, &bb[sl]);
+		bulk_copy(da + 4096, km, 1024, &bb[sl]);
+		bulk_copy(da + 5120, km + kstep, 1024, &bb[sl]);
+		bulk_copy(db + 4096, vm, 1024, &bb[sl]);
+		bulk_copy(db + 5120, vm + vstep, 1024, &bb[sl]);
 		cursor_next(bc, p);
 	};
 #endif
 	quad_sync<CL>(quad);
 	TRACE(3);
 #if KVS_ATTN_PARTS & 1024
-	if (tid == 0 && mine0 > 0) {
-		cursor_init(bc, p, h, tb, page0, 0);
+	if (tid == 0 && mine0 > 0)
 		bulk_issue(0);
-	}
 #endif
 	TRACE_N(7, mine | (unsigned long long)smid() << 32);
 	tile_cursor cur;
