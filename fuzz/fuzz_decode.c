@@ -52,7 +52,7 @@ static void read_tail(const struct kvs_view *view)
 	for (int s = 0; s < KVS_TAIL_SECTIONS; s++)
 		for (size_t i = 0; i < view->hdr.section[s].logical_len / f;
 		     i++)
-			sink += kvs_load(t, view->section[s], i);
+			sink += kvs_dtype_load(t, view->section[s], i);
 	(void)sink;
 }
 

@@ -58,7 +58,7 @@ static void parse(struct fuzz_case *c, const uint8_t *data, size_t size)
 		c->raw[i / (c->n * f)][i % (c->n * f)] = data[2 + i];
 	for (int kv = 0; kv < 2; kv++)
 		for (size_t i = 0; i < c->n; i++)
-			c->x[kv][i] = kvs_load(c->in, c->raw[kv], i);
+			c->x[kv][i] = kvs_dtype_load(c->in, c->raw[kv], i);
 }
 
 /*

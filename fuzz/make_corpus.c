@@ -162,7 +162,7 @@ static void tails(struct corpus *c)
 		size_t len;
 
 		for (size_t j = 0; j < 32 * 32; j++)
-			kvs_store(cases[i].dtype, typed, j, rows[j]);
+			kvs_dtype_store(cases[i].dtype, typed, j, rows[j]);
 		if (kvs_tail_encode(&sh, &id, cases[i].dtype, cases[i].r_k,
 				    cases[i].r_v, typed, typed, cases[i].flags,
 				    &obj, &len) != 0) {
@@ -252,7 +252,7 @@ static void encode_seeds(struct corpus *c)
 			x[3] = cases[i].special;
 		memcpy(seed, cases[i].sel, 2);
 		for (size_t j = 0; j < 128; j++)
-			kvs_store(in, seed + 2, j, x[j]);
+			kvs_dtype_store(in, seed + 2, j, x[j]);
 		emit_raw(c, cases[i].name, seed, 2 + 128 * f);
 	}
 }

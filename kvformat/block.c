@@ -80,7 +80,7 @@ static void layout_fill(struct kvs_layout *out, const uint32_t *length,
 	memset(out, 0, sizeof(*out));
 	out->section_count = count;
 	for (uint32_t i = 0; i < count; i++) {
-		at = align_up(at, KVS_SECTION_ALIGN);
+		at = kvs_align_up(at, KVS_SECTION_ALIGN);
 		out->offset[i] = at;
 		out->length[i] = length[i];
 		at += length[i];
@@ -219,8 +219,9 @@ static int quantize_keys(const struct kvs_shape *sh, enum kvs_dtype in,
 					rc = kind;
 					goto out_free;
 				}
-				kvs_store(meta, origin, meta_at + d, o[d]);
-				kvs_store(meta, step, meta_at + d, s[d]);
+				kvs_dtype_store(meta, origin, meta_at + d,
+						o[d]);
+				kvs_dtype_store(meta, step, meta_at + d, s[d]);
 				/* A constant channel codes 0 whatever its
 				 * values: an infinite step gives q = 0. */
 				if (kind == 1)
@@ -281,8 +282,8 @@ static int quantize_values(const struct kvs_shape *sh, enum kvs_dtype in,
 				rc = kind;
 				goto out_free;
 			}
-			kvs_store(meta, origin, ht * groups + j, o);
-			kvs_store(meta, step, ht * groups + j, s);
+			kvs_dtype_store(meta, origin, ht * groups + j, o);
+			kvs_dtype_store(meta, step, ht * groups + j, s);
 			if (kind == 1)
 				s = INFINITY;
 			for (uint32_t i = 0; i < g_n; i++)
@@ -324,39 +325,39 @@ void kvs_header_write(const struct kvs_header *hdr, uint8_t *out)
 {
 	memset(out, 0, KVS_HEADER_SIZE);
 	memcpy(out + HDR_MAGIC, kvs_magic, sizeof(kvs_magic));
-	put16(out + HDR_VERSION, hdr->version);
+	kvs_put16(out + HDR_VERSION, hdr->version);
 	out[HDR_KIND] = hdr->kind;
 	out[HDR_FLAGS] = hdr->flags;
 	out[HDR_BITS] = hdr->shape.bits;
 	out[HDR_META] = hdr->shape.meta_type;
 	out[HDR_LAYOUT] = hdr->layout;
 	out[HDR_TAIL_DTYPE] = hdr->tail_dtype;
-	put16(out + HDR_GROUP, hdr->shape.group);
-	put16(out + HDR_KV_HEADS, hdr->shape.kv_heads);
-	put16(out + HDR_HEAD_DIM, hdr->shape.head_dim);
-	put16(out + HDR_SECTIONS, (uint16_t)hdr->section_count);
-	put32(out + HDR_SPAN, hdr->shape.span);
-	put32(out + HDR_RESIDUAL, hdr->shape.residual);
-	put32(out + HDR_LAYER, hdr->ident.layer);
-	put32(out + HDR_TOKENS, hdr->tokens);
-	put32(out + HDR_R_K, hdr->r_k);
-	put32(out + HDR_R_V, hdr->r_v);
-	put32(out + HDR_HEADER_SIZE, KVS_HEADER_SIZE);
-	put64(out + HDR_FIRST_POS, hdr->ident.first_pos);
-	put64(out + HDR_TOTAL_SIZE, hdr->total_size);
+	kvs_put16(out + HDR_GROUP, hdr->shape.group);
+	kvs_put16(out + HDR_KV_HEADS, hdr->shape.kv_heads);
+	kvs_put16(out + HDR_HEAD_DIM, hdr->shape.head_dim);
+	kvs_put16(out + HDR_SECTIONS, (uint16_t)hdr->section_count);
+	kvs_put32(out + HDR_SPAN, hdr->shape.span);
+	kvs_put32(out + HDR_RESIDUAL, hdr->shape.residual);
+	kvs_put32(out + HDR_LAYER, hdr->ident.layer);
+	kvs_put32(out + HDR_TOKENS, hdr->tokens);
+	kvs_put32(out + HDR_R_K, hdr->r_k);
+	kvs_put32(out + HDR_R_V, hdr->r_v);
+	kvs_put32(out + HDR_HEADER_SIZE, KVS_HEADER_SIZE);
+	kvs_put64(out + HDR_FIRST_POS, hdr->ident.first_pos);
+	kvs_put64(out + HDR_TOTAL_SIZE, hdr->total_size);
 	memcpy(out + HDR_BLOCK_ID, hdr->ident.block_id, KVS_ID_SIZE);
 	memcpy(out + HDR_PARENT_ID, hdr->ident.parent_id, KVS_ID_SIZE);
 	memcpy(out + HDR_MODEL_FP, hdr->ident.model_fp, KVS_ID_SIZE);
 	for (uint32_t i = 0; i < hdr->section_count; i++) {
 		uint8_t *e = out + HDR_SECTION_TABLE + i * HDR_SECTION_ENTRY;
 
-		put32(e + SEC_OFFSET, hdr->section[i].offset);
-		put32(e + SEC_STORED, hdr->section[i].stored_len);
-		put32(e + SEC_LOGICAL, hdr->section[i].logical_len);
+		kvs_put32(e + SEC_OFFSET, hdr->section[i].offset);
+		kvs_put32(e + SEC_STORED, hdr->section[i].stored_len);
+		kvs_put32(e + SEC_LOGICAL, hdr->section[i].logical_len);
 		e[SEC_CODEC] = hdr->section[i].codec;
-		put64(e + SEC_CHECKSUM, hdr->section[i].checksum);
+		kvs_put64(e + SEC_CHECKSUM, hdr->section[i].checksum);
 	}
-	put64(out + HDR_CHECKSUM, kvs_xxh3(out, HDR_CHECKSUM));
+	kvs_put64(out + HDR_CHECKSUM, kvs_xxh3(out, HDR_CHECKSUM));
 }
 
 /* Header of a raw object laid out as @lay; checksums the sections of
@@ -451,7 +452,7 @@ static int tail_copy(const struct kvs_shape *sh, enum kvs_dtype dtype,
 	size_t n = (size_t)sh->kv_heads * rows * sh->head_dim;
 
 	for (size_t i = 0; i < n; i++) {
-		float v = kvs_load(dtype, src, i);
+		float v = kvs_dtype_load(dtype, src, i);
 
 		if (!isfinite(v)) {
 			kvs_log(KVS_LOG_DEBUG,

@@ -49,7 +49,7 @@ int kvs_object_compress(const uint8_t *obj, size_t len, uint8_t **out,
 		hdr.flags |= KVS_FLAG_LZ4;
 	}
 	for (uint32_t i = 0; i < hdr.section_count; i++) {
-		at = align_up(at, KVS_SECTION_ALIGN);
+		at = kvs_align_up(at, KVS_SECTION_ALIGN);
 		at += hdr.section[i].stored_len;
 	}
 	image = calloc(1, at);
@@ -63,7 +63,7 @@ int kvs_object_compress(const uint8_t *obj, size_t len, uint8_t **out,
 		struct kvs_section *s = &hdr.section[i];
 		const uint8_t *src = packed[i] ? packed[i] : obj + s->offset;
 
-		at = align_up(at, KVS_SECTION_ALIGN);
+		at = kvs_align_up(at, KVS_SECTION_ALIGN);
 		memcpy(image + at, src, s->stored_len);
 		s->offset = at;
 		s->checksum = kvs_xxh3(image + at, s->stored_len);

@@ -28,25 +28,25 @@ static int reject(int err, const char *what)
 static void header_parse(const uint8_t *b, struct kvs_header *h)
 {
 	memset(h, 0, sizeof(*h));
-	h->version = get16(b + HDR_VERSION);
+	h->version = kvs_get16(b + HDR_VERSION);
 	h->kind = b[HDR_KIND];
 	h->flags = b[HDR_FLAGS];
 	h->shape.bits = b[HDR_BITS];
 	h->shape.meta_type = b[HDR_META];
 	h->layout = b[HDR_LAYOUT];
 	h->tail_dtype = b[HDR_TAIL_DTYPE];
-	h->shape.group = get16(b + HDR_GROUP);
-	h->shape.kv_heads = get16(b + HDR_KV_HEADS);
-	h->shape.head_dim = get16(b + HDR_HEAD_DIM);
-	h->section_count = get16(b + HDR_SECTIONS);
-	h->shape.span = get32(b + HDR_SPAN);
-	h->shape.residual = get32(b + HDR_RESIDUAL);
-	h->ident.layer = get32(b + HDR_LAYER);
-	h->tokens = get32(b + HDR_TOKENS);
-	h->r_k = get32(b + HDR_R_K);
-	h->r_v = get32(b + HDR_R_V);
-	h->ident.first_pos = get64(b + HDR_FIRST_POS);
-	h->total_size = get64(b + HDR_TOTAL_SIZE);
+	h->shape.group = kvs_get16(b + HDR_GROUP);
+	h->shape.kv_heads = kvs_get16(b + HDR_KV_HEADS);
+	h->shape.head_dim = kvs_get16(b + HDR_HEAD_DIM);
+	h->section_count = kvs_get16(b + HDR_SECTIONS);
+	h->shape.span = kvs_get32(b + HDR_SPAN);
+	h->shape.residual = kvs_get32(b + HDR_RESIDUAL);
+	h->ident.layer = kvs_get32(b + HDR_LAYER);
+	h->tokens = kvs_get32(b + HDR_TOKENS);
+	h->r_k = kvs_get32(b + HDR_R_K);
+	h->r_v = kvs_get32(b + HDR_R_V);
+	h->ident.first_pos = kvs_get64(b + HDR_FIRST_POS);
+	h->total_size = kvs_get64(b + HDR_TOTAL_SIZE);
 	memcpy(h->ident.block_id, b + HDR_BLOCK_ID, KVS_ID_SIZE);
 	memcpy(h->ident.parent_id, b + HDR_PARENT_ID, KVS_ID_SIZE);
 	memcpy(h->ident.model_fp, b + HDR_MODEL_FP, KVS_ID_SIZE);
@@ -54,11 +54,11 @@ static void header_parse(const uint8_t *b, struct kvs_header *h)
 		const uint8_t *e =
 			b + HDR_SECTION_TABLE + i * HDR_SECTION_ENTRY;
 
-		h->section[i].offset = get32(e + SEC_OFFSET);
-		h->section[i].stored_len = get32(e + SEC_STORED);
-		h->section[i].logical_len = get32(e + SEC_LOGICAL);
+		h->section[i].offset = kvs_get32(e + SEC_OFFSET);
+		h->section[i].stored_len = kvs_get32(e + SEC_STORED);
+		h->section[i].logical_len = kvs_get32(e + SEC_LOGICAL);
 		h->section[i].codec = e[SEC_CODEC];
-		h->section[i].checksum = get64(e + SEC_CHECKSUM);
+		h->section[i].checksum = kvs_get64(e + SEC_CHECKSUM);
 	}
 }
 
@@ -77,7 +77,7 @@ static int header_fields_check(const uint8_t *b, const struct kvs_header *h,
 {
 	uint32_t expect;
 
-	if (get32(b + HDR_HEADER_SIZE) != KVS_HEADER_SIZE ||
+	if (kvs_get32(b + HDR_HEADER_SIZE) != KVS_HEADER_SIZE ||
 	    h->layout != KVS_LAYOUT_TOKEN_MAJOR ||
 	    (h->flags & ~KVS_FLAG_LZ4) != 0 ||
 	    !all_zero(b + HDR_RESERVED, HDR_CHECKSUM - HDR_RESERVED))
@@ -165,12 +165,12 @@ int kvs_header_decode(const uint8_t *buf, size_t len, unsigned flags,
 		return reject(-KVS_EMAGIC, "magic");
 	if (len < HDR_VERSION + 2)
 		return reject(-KVS_ETRUNC, "shorter than the version");
-	if (get16(buf + HDR_VERSION) != KVS_FORMAT_VERSION)
+	if (kvs_get16(buf + HDR_VERSION) != KVS_FORMAT_VERSION)
 		return reject(-KVS_EVERSION, "version");
 	if (len < KVS_HEADER_SIZE)
 		return reject(-KVS_ETRUNC, "shorter than the header");
 	if (!(flags & KVS_VERIFY_NO_CHECKSUMS) &&
-	    get64(buf + HDR_CHECKSUM) != kvs_xxh3(buf, HDR_CHECKSUM))
+	    kvs_get64(buf + HDR_CHECKSUM) != kvs_xxh3(buf, HDR_CHECKSUM))
 		return reject(-KVS_EHDRSUM, "header checksum");
 	header_parse(buf, &h);
 	rc = header_fields_check(buf, &h, &lay);
@@ -193,8 +193,8 @@ static int metadata_finite(enum kvs_dtype t, const uint8_t *origin,
 		uint16_t inf = t == KVS_DTYPE_F16 ? 0x7c00u : 0x7f80u;
 
 		for (size_t i = 0; i < n; i++) {
-			uint16_t o = get16(origin + 2 * i);
-			uint16_t s = get16(step + 2 * i);
+			uint16_t o = kvs_get16(origin + 2 * i);
+			uint16_t s = kvs_get16(step + 2 * i);
 
 			bad |= (o & inf) == inf;
 			bad |= (s & inf) == inf;
@@ -202,8 +202,8 @@ static int metadata_finite(enum kvs_dtype t, const uint8_t *origin,
 		}
 	} else {
 		for (size_t i = 0; i < n; i++) {
-			uint32_t o = get32(origin + 4 * i);
-			uint32_t s = get32(step + 4 * i);
+			uint32_t o = kvs_get32(origin + 4 * i);
+			uint32_t s = kvs_get32(step + 4 * i);
 
 			bad |= (o & 0x7f800000u) == 0x7f800000u;
 			bad |= (s & 0x7f800000u) == 0x7f800000u;
@@ -215,8 +215,8 @@ static int metadata_finite(enum kvs_dtype t, const uint8_t *origin,
 	/* bf16 and fp32 metadata can hold finite values whose top code
 	 * reconstructs past FLT_MAX; the sealer never writes them. */
 	for (size_t i = 0; i < n; i++)
-		bad |= !isfinite(fmaf(kvs_load(t, step, i), levels,
-				      kvs_load(t, origin, i)));
+		bad |= !isfinite(fmaf(kvs_dtype_load(t, step, i), levels,
+				      kvs_dtype_load(t, origin, i)));
 	return bad ? -KVS_EMETA : 0;
 }
 
@@ -247,7 +247,7 @@ static int payload_finite(const struct kvs_view *v)
 		size_t n = h->section[i].logical_len / kvs_dtype_size(t);
 
 		for (size_t j = 0; j < n; j++)
-			if (!isfinite(kvs_load(t, v->section[i], j)))
+			if (!isfinite(kvs_dtype_load(t, v->section[i], j)))
 				return reject(-KVS_EMETA, "residual values");
 	}
 	return 0;
@@ -336,8 +336,8 @@ int kvs_object_verify(const uint8_t *buf, size_t len, unsigned flags)
 
 static inline float meta_at(const struct kvs_view *v, int sec, size_t i)
 {
-	return kvs_load((enum kvs_dtype)v->hdr.shape.meta_type, v->section[sec],
-			i);
+	return kvs_dtype_load((enum kvs_dtype)v->hdr.shape.meta_type,
+			      v->section[sec], i);
 }
 
 float kvs_block_key(const struct kvs_view *v, uint32_t head, uint32_t token,

@@ -1,7 +1,8 @@
 /*
  * format_internal.h - byte offsets of the object header (docs/FORMAT.md)
  * and little-endian field access, shared by the encoder (block.c), the
- * validator (decode.c) and the LZ4 re-encoder (compress.c).
+ * validator (decode.c) and the LZ4 re-encoder (compress.c).  Field access
+ * goes through common/bytes.h.
  *
  *   off  size  field                 off  size  field
  *     0     4  magic "KVST"           32     4  tokens
@@ -28,6 +29,7 @@
 
 #include <stdint.h>
 
+#include "common/bytes.h"
 #include "kvstash/kvformat.h"
 
 #define HDR_MAGIC 0
@@ -77,45 +79,6 @@ _Static_assert(HDR_MODEL_FP + KVS_ID_SIZE == HDR_SECTION_TABLE,
 	       "ids are contiguous before the section table");
 
 static const uint8_t kvs_magic[4] = { 'K', 'V', 'S', 'T' };
-
-static inline void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static inline void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static inline void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static inline uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static inline uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-	       (uint32_t)p[3] << 24;
-}
-
-static inline uint64_t get64(const uint8_t *p)
-{
-	return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
-
-static inline uint32_t align_up(uint32_t v, uint32_t a)
-{
-	return (v + a - 1) / a * a;
-}
 
 /* xxh3-64 over @len bytes (seed 0). */
 uint64_t kvs_xxh3(const void *p, size_t len);

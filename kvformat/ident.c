@@ -23,7 +23,7 @@ static int digest_u32(EVP_MD_CTX *ctx, uint32_t v)
 {
 	uint8_t b[4];
 
-	put32(b, v);
+	kvs_put32(b, v);
 	return digest_update(ctx, b, sizeof(b));
 }
 
@@ -79,14 +79,14 @@ int kvs_model_fingerprint(const struct kvs_model_desc *desc,
 	ctx = digest_begin("kvstash model v1");
 	if (ctx == NULL)
 		return digest_end(NULL, -ENOMEM, out);
-	put32(fields + 0, desc->layers);
-	put16(fields + 4, s->kv_heads);
-	put16(fields + 6, s->head_dim);
-	put16(fields + 8, s->group);
+	kvs_put32(fields + 0, desc->layers);
+	kvs_put16(fields + 4, s->kv_heads);
+	kvs_put16(fields + 6, s->head_dim);
+	kvs_put16(fields + 8, s->group);
 	fields[10] = s->bits;
 	fields[11] = s->meta_type;
-	put32(fields + 12, s->span);
-	put32(fields + 16, s->residual);
+	kvs_put32(fields + 12, s->span);
+	kvs_put32(fields + 16, s->residual);
 	fields[20] = (uint8_t)desc->kv_dtype;
 	fields[21] = desc->layout ? desc->layout : KVS_LAYOUT_TOKEN_MAJOR;
 	fields[22] = fields[23] = 0;

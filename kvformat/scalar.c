@@ -150,7 +150,7 @@ float kvs_round_to(enum kvs_dtype t, float x)
 	}
 }
 
-float kvs_load(enum kvs_dtype t, const void *base, size_t i)
+float kvs_dtype_load(enum kvs_dtype t, const void *base, size_t i)
 {
 	const uint8_t *p = base;
 
@@ -168,7 +168,7 @@ float kvs_load(enum kvs_dtype t, const void *base, size_t i)
 	}
 }
 
-void kvs_store(enum kvs_dtype t, void *base, size_t i, float x)
+void kvs_dtype_store(enum kvs_dtype t, void *base, size_t i, float x)
 {
 	uint8_t *p = base;
 	uint32_t b;

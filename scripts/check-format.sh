@@ -11,7 +11,8 @@ if [ -z "$cf" ]; then
 fi
 # CUDA sources (kernels/, tests/gpu/) follow the same rule by hand; their
 # inline PTX does not survive automatic formatting.
-files=$(find include kvformat store tools tests fuzz client transport \
+files=$(find include common kvformat store runtime transport cluster \
+	client tools tests fuzz \
 	-name '*.[ch]' ! -path 'tests/gpu/*' 2>/dev/null | sort)
 # shellcheck disable=SC2086
 "$cf" --dry-run --Werror $files

@@ -32,7 +32,7 @@ static void build_classes(struct dram *d)
 		if (size >= d->slab_size)
 			break;
 		uint64_t next =
-			align_up((uint64_t)size * 9 / 8, KVS_STORE_ALIGN);
+			kvs_align_up((uint64_t)size * 9 / 8, KVS_STORE_ALIGN);
 		if (next < size + KVS_STORE_ALIGN)
 			next = size + KVS_STORE_ALIGN;
 		size = next > d->slab_size ? d->slab_size : (uint32_t)next;

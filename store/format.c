@@ -22,6 +22,7 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
+#include "common/bytes.h"
 #include "kvstash/log.h"
 #include "store_internal.h"
 
@@ -32,47 +33,6 @@
 
 _Static_assert(REC_HEADER_SIZE == 128, "record header is 128 bytes");
 _Static_assert(SEG_HEADER_SIZE % KVS_STORE_ALIGN == 0, "aligned segment");
-
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v = 0;
-
-	for (int i = 3; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
 
 uint64_t payload_checksum(const uint8_t *obj, size_t len)
 {
@@ -99,33 +59,33 @@ uint64_t payload_copy_checksum(uint8_t *dst, const uint8_t *src, size_t len)
 void rec_header_encode(const struct rec_header *h, uint8_t *buf)
 {
 	memset(buf, 0, REC_HEADER_SIZE);
-	put32(buf, REC_MAGIC);
-	put16(buf + 4, KVS_STORE_FORMAT_VERSION);
-	put16(buf + 6, h->flags);
-	put64(buf + 8, h->seq);
-	put32(buf + 16, h->length);
-	put32(buf + 20, h->key.layer);
-	put64(buf + 24, h->payload_sum);
+	kvs_put32(buf, REC_MAGIC);
+	kvs_put16(buf + 4, KVS_STORE_FORMAT_VERSION);
+	kvs_put16(buf + 6, h->flags);
+	kvs_put64(buf + 8, h->seq);
+	kvs_put32(buf + 16, h->length);
+	kvs_put32(buf + 20, h->key.layer);
+	kvs_put64(buf + 24, h->payload_sum);
 	memcpy(buf + 32, h->key.span_id, KVS_ID_SIZE);
-	put64(buf + 120, XXH3_64bits(buf, 120));
+	kvs_put64(buf + 120, XXH3_64bits(buf, 120));
 }
 
 int rec_header_decode(const uint8_t *buf, struct rec_header *out)
 {
 	struct rec_header h;
 
-	if (get32(buf) != REC_MAGIC)
+	if (kvs_get32(buf) != REC_MAGIC)
 		return -KVS_EMAGIC;
-	h.version = get16(buf + 4);
+	h.version = kvs_get16(buf + 4);
 	if (h.version != KVS_STORE_FORMAT_VERSION)
 		return -KVS_EVERSION;
-	if (get64(buf + 120) != XXH3_64bits(buf, 120))
+	if (kvs_get64(buf + 120) != XXH3_64bits(buf, 120))
 		return -KVS_EHDRSUM;
-	h.flags = get16(buf + 6);
-	h.seq = get64(buf + 8);
-	h.length = get32(buf + 16);
-	h.key.layer = get32(buf + 20);
-	h.payload_sum = get64(buf + 24);
+	h.flags = kvs_get16(buf + 6);
+	h.seq = kvs_get64(buf + 8);
+	h.length = kvs_get32(buf + 16);
+	h.key.layer = kvs_get32(buf + 20);
+	h.payload_sum = kvs_get64(buf + 24);
 	memcpy(h.key.span_id, buf + 32, KVS_ID_SIZE);
 	if (h.length < KVS_HEADER_SIZE || h.length > STORE_MAX_OBJECT)
 		return -KVS_EBOUNDS;
@@ -136,21 +96,21 @@ int rec_header_decode(const uint8_t *buf, struct rec_header *out)
 void seg_header_encode(uint64_t id, uint8_t *buf)
 {
 	memset(buf, 0, SEG_HEADER_SIZE);
-	put64(buf, SEG_MAGIC);
-	put32(buf + 8, KVS_STORE_FORMAT_VERSION);
-	put64(buf + 16, id);
-	put64(buf + 24, XXH3_64bits(buf, 24));
+	kvs_put64(buf, SEG_MAGIC);
+	kvs_put32(buf + 8, KVS_STORE_FORMAT_VERSION);
+	kvs_put64(buf + 16, id);
+	kvs_put64(buf + 24, XXH3_64bits(buf, 24));
 }
 
 int seg_header_decode(const uint8_t *buf, uint64_t *id)
 {
-	if (get64(buf) != SEG_MAGIC)
+	if (kvs_get64(buf) != SEG_MAGIC)
 		return -KVS_EMAGIC;
-	if (get32(buf + 8) != KVS_STORE_FORMAT_VERSION)
+	if (kvs_get32(buf + 8) != KVS_STORE_FORMAT_VERSION)
 		return -KVS_EVERSION;
-	if (get64(buf + 24) != XXH3_64bits(buf, 24))
+	if (kvs_get64(buf + 24) != XXH3_64bits(buf, 24))
 		return -KVS_EHDRSUM;
-	*id = get64(buf + 16);
+	*id = kvs_get64(buf + 16);
 	return 0;
 }
 
@@ -245,9 +205,9 @@ static int superblock_create(const struct kvs_store_io_ops *io, const char *dir,
 	ssize_t n;
 	int fd, err;
 
-	put64(sb, SB_MAGIC);
-	put32(sb + 8, KVS_STORE_FORMAT_VERSION);
-	put64(sb + 56, XXH3_64bits(sb, 56));
+	kvs_put64(sb, SB_MAGIC);
+	kvs_put32(sb + 8, KVS_STORE_FORMAT_VERSION);
+	kvs_put64(sb + 56, XXH3_64bits(sb, 56));
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	fd = io->open(io->ctx, tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	if (fd < 0) {
@@ -292,20 +252,20 @@ int superblock_check(const struct kvs_store_io_ops *io, const char *dir,
 	}
 	n = io->pread(io->ctx, fd, sb, sizeof(sb), 0);
 	io->close(io->ctx, fd);
-	if (n != sizeof(sb) || get64(sb) != SB_MAGIC) {
+	if (n != sizeof(sb) || kvs_get64(sb) != SB_MAGIC) {
 		kvs_log(KVS_LOG_ERR, "store: %s is not a kvstash store", dir);
 		return -KVS_EMAGIC;
 	}
-	if (get32(sb + 8) > KVS_STORE_FORMAT_VERSION) {
+	if (kvs_get32(sb + 8) > KVS_STORE_FORMAT_VERSION) {
 		kvs_log(KVS_LOG_ERR,
 			"store: %s was written by a newer kvstash (store "
 			"format %u, this one reads up to %u); refusing to open "
 			"it",
-			dir, get32(sb + 8), KVS_STORE_FORMAT_VERSION);
+			dir, kvs_get32(sb + 8), KVS_STORE_FORMAT_VERSION);
 		return -KVS_EVERSION;
 	}
-	if (get32(sb + 8) != KVS_STORE_FORMAT_VERSION ||
-	    get64(sb + 56) != XXH3_64bits(sb, 56)) {
+	if (kvs_get32(sb + 8) != KVS_STORE_FORMAT_VERSION ||
+	    kvs_get64(sb + 56) != XXH3_64bits(sb, 56)) {
 		kvs_log(KVS_LOG_ERR, "store: %s: superblock corrupt", dir);
 		return -KVS_EHDRSUM;
 	}

@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "common/bytes.h"
 #include "kvstash/store.h"
 
 #define SEG_HEADER_SIZE 4096u
@@ -29,15 +30,10 @@
 #define LOCK_NAME "LOCK"
 #define RING_MIN 64u /* ring entries, and recovery's depth */
 
-static inline uint64_t align_up(uint64_t x, uint64_t a)
-{
-	return (x + a - 1) / a * a;
-}
-
 /* Bytes of the record holding an object of @len bytes. */
 static inline uint64_t record_size(uint64_t len)
 {
-	return align_up(REC_HEADER_SIZE + len, KVS_STORE_ALIGN);
+	return kvs_align_up(REC_HEADER_SIZE + len, KVS_STORE_ALIGN);
 }
 
 /* ---- lists ----------------------------------------------------------- */

@@ -182,7 +182,7 @@ static long long find_nonfinite(enum kvs_dtype dtype, const uint8_t *base,
 				size_t count)
 {
 	for (size_t i = 0; i < count; i++)
-		if (!isfinite(kvs_load(dtype, base, i)))
+		if (!isfinite(kvs_dtype_load(dtype, base, i)))
 			return (long long)i;
 	return -1;
 }
@@ -219,7 +219,7 @@ static int read_kv(const struct pack_args *a, const char *what,
 			      "%s %s: non-finite value (%g) at "
 			      "head %zu token %zu channel %zu: only finite "
 			      "values can be quantized",
-			      what, path, (double)kvs_load(dtype, buf, i),
+			      what, path, (double)kvs_dtype_load(dtype, buf, i),
 			      i / (n * d), i / d % n, i % d);
 		free(buf);
 		return -KVS_ENONFINITE;

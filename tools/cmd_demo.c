@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli_util.h"
+#include "common/rng.h"
 #include "cmd.h"
 #include "kvstash/kvformat.h"
 #include "kvstash/stream.h"
@@ -28,41 +29,17 @@
 #define DEMO_OUTLIER_B_BIAS -14.0f
 #define DEMO_COUNT ((size_t)DEMO_HEADS * DEMO_TOKENS * DEMO_DIM)
 
-struct demo_rng {
-	uint64_t state;
-};
-
-/* splitmix64: tiny, and the same numbers on every platform. */
-static uint64_t rng_next(struct demo_rng *r)
-{
-	uint64_t z = (r->state += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* Roughly normal: the sum of four uniforms, centred and scaled. */
-static float rng_normal(struct demo_rng *r)
-{
-	double sum = 0.0;
-
-	for (int i = 0; i < 4; i++)
-		sum += (double)(rng_next(r) >> 11) * 0x1p-53;
-	return (float)((sum - 2.0) * 1.7320508075688772);
-}
-
 /* Keys: per-channel scale and bias, two channels with large magnitude (the
  * outliers that make per-token Key quantization lose precision).  Values:
  * plain noise. */
 static void demo_generate(float *keys, float *values)
 {
-	struct demo_rng rng = { DEMO_SEED };
+	struct kvs_rng rng = { DEMO_SEED };
 	float scale[DEMO_DIM], bias[DEMO_DIM];
 
 	for (int d = 0; d < DEMO_DIM; d++) {
-		scale[d] = 0.5f + 0.5f * fabsf(rng_normal(&rng));
-		bias[d] = 0.3f * rng_normal(&rng);
+		scale[d] = 0.5f + 0.5f * fabsf(kvs_rng_normal(&rng));
+		bias[d] = 0.3f * kvs_rng_normal(&rng);
 	}
 	scale[DEMO_OUTLIER_A] = 4.0f;
 	bias[DEMO_OUTLIER_A] = DEMO_OUTLIER_A_BIAS;
@@ -71,8 +48,8 @@ static void demo_generate(float *keys, float *values)
 	for (size_t i = 0; i < DEMO_COUNT; i++) {
 		size_t d = i % DEMO_DIM;
 
-		keys[i] = bias[d] + scale[d] * rng_normal(&rng);
-		values[i] = rng_normal(&rng);
+		keys[i] = bias[d] + scale[d] * kvs_rng_normal(&rng);
+		values[i] = kvs_rng_normal(&rng);
 	}
 }
 

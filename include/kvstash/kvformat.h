@@ -59,9 +59,9 @@ float kvs_bf16_to_f32(uint16_t h);
 /* Rounds @x to the nearest value of type @t (RNE) and returns it as float. */
 float kvs_round_to(enum kvs_dtype t, float x);
 /* Loads element @i of a little-endian array of type @t, widened to float. */
-float kvs_load(enum kvs_dtype t, const void *base, size_t i);
+float kvs_dtype_load(enum kvs_dtype t, const void *base, size_t i);
 /* Stores @x (already representable, or rounded RNE) as element @i. */
-void kvs_store(enum kvs_dtype t, void *base, size_t i, float x);
+void kvs_dtype_store(enum kvs_dtype t, void *base, size_t i, float x);
 
 /* ---- group quantizer (DESIGN.md §1) ---------------------------------- */
 

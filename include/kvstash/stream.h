@@ -9,7 +9,8 @@
  * boundary, which is not the Key boundary.
  *
  * The backend interface carries the compute ops so the whole pipeline runs
- * on the CPU reference and, behind the same calls, on CUDA.
+ * on the CPU reference and, behind the same calls, on CUDA.  The stream
+ * and the CPU backend live in runtime/, the CUDA backend in kernels/.
  */
 #ifndef KVSTASH_STREAM_H
 #define KVSTASH_STREAM_H

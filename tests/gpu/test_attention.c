@@ -178,20 +178,20 @@ static void run_case(const struct attn_case *c)
 				float vx = rounded(c->dtype, gpu_normal(&rng));
 
 				s->k_resid[at] = kx;
-				kvs_store(c->dtype, kd, dev + r, kx);
+				kvs_dtype_store(c->dtype, kd, dev + r, kx);
 				/* the device FIFO starts at v_resid_start */
 				s->v_resid[at] = vx;
 				size_t vr = r +
 					    (size_t)s->len.v_resid_start * D;
 				if (vr < (size_t)stride * D)
-					kvs_store(c->dtype, vd, dev + vr, vx);
+					kvs_dtype_store(c->dtype, vd, dev + vr, vx);
 			}
 		}
 		lens[b] = s->len;
 	}
 	for (size_t i = 0; i < (size_t)B * Hq * D; i++) {
 		q[i] = rounded(c->dtype, gpu_normal(&rng) * 1.5f);
-		kvs_store(c->dtype, qd, i, q[i]);
+		kvs_dtype_store(c->dtype, qd, i, q[i]);
 	}
 
 	/* pool: every sequence's pages, in a shuffled order */

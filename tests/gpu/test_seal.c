@@ -87,7 +87,7 @@ static void *make_input(const struct seal_case *c, int key)
 			x = (float)(gpu_rng_next(&rng) % 7) * 0.5f;
 		if (!key && tok % 23 == 4)
 			x = (float)(gpu_rng_next(&rng) % 7) * 0.5f;
-		kvs_store(c->in, buf, i, kvs_round_to(c->in, x));
+		kvs_dtype_store(c->in, buf, i, kvs_round_to(c->in, x));
 	}
 	return buf;
 }
@@ -129,7 +129,7 @@ static uint8_t *padded_dup(const struct seal_case *c, const uint8_t *src,
 
 	assert_non_null(buf);
 	for (size_t i = 0; i < n / esz; i++)
-		kvs_store(c->in, buf, i, NAN);
+		kvs_dtype_store(c->in, buf, i, NAN);
 	for (size_t t = 0; t < tokens; t++)
 		memcpy(buf + (lead + t * pitch) * esz, src + t * row * esz,
 		       row * esz);
@@ -293,7 +293,7 @@ static void check_refused(const struct seal_case *c, float bad, int key,
 	uint8_t *host, *cpu;
 	void *bk, *bv;
 
-	kvs_store(c->in, key ? k : v, at, bad);
+	kvs_dtype_store(c->in, key ? k : v, at, bad);
 	assert_int_equal(kvs_block_layout(s, &lay), 0);
 	host = malloc(c->blocks * (size_t)lay.total_size + 4096);
 	cpu = malloc(lay.total_size);

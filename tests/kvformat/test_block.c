@@ -64,12 +64,12 @@ static void *make_input(const struct kvs_shape *sh, enum kvs_dtype dtype,
 {
 	size_t n = (size_t)sh->kv_heads * sh->span * sh->head_dim;
 	uint8_t *buf = malloc(n * kvs_dtype_size(dtype));
-	struct test_rng rng = { seed | 1 };
+	struct kvs_rng rng = { seed | 1 };
 
 	assert_non_null(buf);
 	for (size_t i = 0; i < n; i++) {
 		size_t d = i % sh->head_dim, t = i / sh->head_dim % sh->span;
-		float x = test_rng_uniform(&rng, -1.0f, 1.0f);
+		float x = kvs_rng_uniform(&rng, -1.0f, 1.0f);
 
 		if (is_key && d % 13 == 3)
 			x = 40.0f + 8.0f * x; /* outlier channel */
@@ -77,8 +77,8 @@ static void *make_input(const struct kvs_shape *sh, enum kvs_dtype dtype,
 			x *= (float)(1 + t % 5);
 		if (d / sh->group == 1 && t % 7 == 0 && !is_key)
 			x = 0.25f; /* a constant Value group */
-		kvs_store(dtype, buf, i, x);
-		ref[i] = kvs_load(dtype, buf, i);
+		kvs_dtype_store(dtype, buf, i, x);
+		ref[i] = kvs_dtype_load(dtype, buf, i);
 	}
 	return buf;
 }
@@ -242,13 +242,15 @@ static void check_sections(const struct sealed *s, const struct kvs_view *v)
 							&o, &st),
 					0);
 				assert_true(
-					kvs_load(meta,
-						 v->section[KVS_SEC_KEY_ORIGIN],
-						 m) == o);
+					kvs_dtype_load(
+						meta,
+						v->section[KVS_SEC_KEY_ORIGIN],
+						m) == o);
 				assert_true(
-					kvs_load(meta,
-						 v->section[KVS_SEC_KEY_STEP],
-						 m) == st);
+					kvs_dtype_load(
+						meta,
+						v->section[KVS_SEC_KEY_STEP],
+						m) == st);
 				for (uint32_t t = 0; t < G; t++) {
 					const uint8_t *r =
 						v->section[KVS_SEC_KEY_CODES] +
@@ -277,13 +279,15 @@ static void check_sections(const struct sealed *s, const struct kvs_view *v)
 							&o, &st),
 					0);
 				assert_true(
-					kvs_load(meta,
-						 v->section[KVS_SEC_VAL_ORIGIN],
-						 m) == o);
+					kvs_dtype_load(
+						meta,
+						v->section[KVS_SEC_VAL_ORIGIN],
+						m) == o);
 				assert_true(
-					kvs_load(meta,
-						 v->section[KVS_SEC_VAL_STEP],
-						 m) == st);
+					kvs_dtype_load(
+						meta,
+						v->section[KVS_SEC_VAL_STEP],
+						m) == st);
 				for (uint32_t c = 0; c < G; c++)
 					assert_int_equal(
 						kvs_packed_code(r, g * G + c,
@@ -529,7 +533,7 @@ static void test_lz4_kept_where_it_pays(void **state)
 	struct kvs_shape sh;
 	struct kvs_ident id;
 	struct kvs_header h;
-	struct test_rng rng = { 1234 };
+	struct kvs_rng rng = { 1234 };
 	size_t n;
 	float *zero, *flat;
 	uint8_t *raw, *lz, *re;
@@ -542,7 +546,7 @@ static void test_lz4_kept_where_it_pays(void **state)
 	flat = malloc(n * sizeof(float));
 	assert_non_null(flat);
 	for (size_t i = 0; i < n; i++)
-		flat[i] = test_rng_uniform(&rng, -1.0f, 1.0f);
+		flat[i] = kvs_rng_uniform(&rng, -1.0f, 1.0f);
 	test_ident_fill(&id);
 	assert_int_equal(kvs_block_seal(&sh, &id, KVS_DTYPE_F32, flat, flat,
 					KVS_ENCODE_LZ4, &lz, &lz_len),
@@ -589,7 +593,7 @@ static void test_tails_round_trip(void **state)
 	};
 	struct kvs_shape sh;
 	struct kvs_ident id;
-	struct test_rng rng = { 77 };
+	struct kvs_rng rng = { 77 };
 
 	(void)state;
 	small_shape(&sh, 2, KVS_DTYPE_F16);
@@ -612,11 +616,12 @@ static void test_tails_round_trip(void **state)
 			assert_non_null(k);
 			assert_non_null(v);
 			for (size_t i = 0; i < nk; i++)
-				kvs_store(t, k, i,
-					  test_rng_uniform(&rng, -4, 4));
+				kvs_dtype_store(t, k, i,
+						kvs_rng_uniform(&rng, -4, 4));
 			for (size_t i = 0; i < nv; i++)
-				kvs_store(t, v, i,
-					  (float)(i % 3)); /* compressible */
+				kvs_dtype_store(
+					t, v, i,
+					(float)(i % 3)); /* compressible */
 			for (unsigned flags = 0; flags <= KVS_ENCODE_LZ4;
 			     flags += KVS_ENCODE_LZ4) {
 				assert_int_equal(kvs_tail_encode(&sh, &id, t,
@@ -753,7 +758,7 @@ static void test_every_byte_corruption(void **state)
 	sealed_free(&s);
 
 	for (int i = 0; i < 128; i++)
-		kvs_store(KVS_DTYPE_F16, resid, i, (float)(i % 5) - 2.0f);
+		kvs_dtype_store(KVS_DTYPE_F16, resid, i, (float)(i % 5) - 2.0f);
 	assert_int_equal(kvs_tail_encode(&sh, &id, KVS_DTYPE_F16, 1, 3, resid,
 					 resid, KVS_ENCODE_LZ4, &tail,
 					 &tail_len),
@@ -812,7 +817,7 @@ static void test_every_truncation(void **state)
 
 	/* A tail. */
 	for (int i = 0; i < 4 * 32; i++)
-		kvs_store(KVS_DTYPE_F16, resid, i, (float)i);
+		kvs_dtype_store(KVS_DTYPE_F16, resid, i, (float)i);
 	assert_int_equal(kvs_tail_encode(&sh, &id, KVS_DTYPE_F16, 3, 4, resid,
 					 resid, 0, &obj, &len),
 			 0);
@@ -1042,7 +1047,7 @@ static void test_tail_meta_and_flags(void **state)
 	tiny_shape(&sh);
 	test_ident_fill(&id);
 	for (int i = 0; i < 3 * 32; i++)
-		kvs_store(KVS_DTYPE_BF16, rows, i, (float)i / 8.0f);
+		kvs_dtype_store(KVS_DTYPE_BF16, rows, i, (float)i / 8.0f);
 	assert_int_equal(kvs_tail_encode(&sh, &id, KVS_DTYPE_BF16, 2, 3, rows,
 					 rows, 0, &obj, &len),
 			 0);

@@ -435,21 +435,20 @@ static void test_random_groups(void **state)
 {
 	static const enum kvs_dtype metas[] = { KVS_DTYPE_F32, KVS_DTYPE_F16,
 						KVS_DTYPE_BF16 };
-	struct test_rng rng = { 0x9E3779B97F4A7C15ULL };
+	struct kvs_rng rng = { 0x9E3779B97F4A7C15ULL };
 
 	(void)state;
 	for (int iter = 0; iter < 3000; iter++) {
 		enum kvs_dtype meta = metas[iter % 3];
 		unsigned bits = (iter / 3) % 2 ? 4 : 2;
 		float x[32], origin, step, lo = INFINITY, hi = -INFINITY;
-		float scale =
-			ldexpf(1.0f, (int)(test_rng_next(&rng) % 20) - 10);
-		float center = test_rng_uniform(&rng, -50.0f, 50.0f);
+		float scale = ldexpf(1.0f, (int)(kvs_rng_next(&rng) % 20) - 10);
+		float center = kvs_rng_uniform(&rng, -50.0f, 50.0f);
 		uint8_t codes[32];
 		double bound;
 
 		for (int i = 0; i < 32; i++) {
-			x[i] = center + scale * test_rng_uniform(&rng, -1, 1);
+			x[i] = center + scale * kvs_rng_uniform(&rng, -1, 1);
 			lo = fminf(lo, x[i]);
 			hi = fmaxf(hi, x[i]);
 		}

@@ -1,8 +1,8 @@
 /*
- * testutil.h - small helpers shared by the kvformat format tests: a
- * deterministic random generator, typed array fills and the error bound a
- * quantized group must meet.  Header-only (static functions) so each test
- * program stays a single translation unit.
+ * testutil.h - small helpers shared by the kvformat format tests: typed
+ * array fills and the error bound a quantized group must meet (the
+ * generator is common/rng.h).  Header-only (static functions) so each
+ * test program stays a single translation unit.
  */
 #ifndef KVS_TESTS_KVFORMAT_TESTUTIL_H
 #define KVS_TESTS_KVFORMAT_TESTUTIL_H
@@ -11,31 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/rng.h"
 #include "kvstash/kvformat.h"
-
-/* xorshift64*: reproducible across runs and machines. */
-struct test_rng {
-	uint64_t state;
-};
-
-static inline uint64_t test_rng_next(struct test_rng *rng)
-{
-	uint64_t x = rng->state;
-
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	rng->state = x;
-	return x * 0x2545F4914F6CDD1DULL;
-}
-
-/* Uniform in [lo, hi). */
-static inline float test_rng_uniform(struct test_rng *rng, float lo, float hi)
-{
-	double u = (double)(test_rng_next(rng) >> 11) / 9007199254740992.0;
-
-	return (float)(lo + (hi - lo) * u);
-}
 
 /* Unit roundoff of a metadata type: half an ulp, relative. */
 static inline double test_unit_roundoff(enum kvs_dtype t)

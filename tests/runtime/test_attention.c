@@ -190,7 +190,7 @@ struct random_case {
 	uint32_t k_quant, k_resid, v_quant, v_resid;
 };
 
-static void run_random_case(uint64_t *seed, const struct random_case *rc)
+static void run_random_case(struct kvs_rng *seed, const struct random_case *rc)
 {
 	struct kvs_shape shape = {
 		.kv_heads = (uint16_t)rc->kv_heads,
@@ -224,7 +224,7 @@ static void run_random_case(uint64_t *seed, const struct random_case *rc)
 	fill_rows(seed, k, hist + tokens, H, D);
 	fill_rows(seed, v, hist + tokens, H, D);
 	for (t = 0; t < q_heads * D; t++)
-		q[t] = rng_float(seed, -1.0f, 1.0f);
+		q[t] = kvs_rng_uniform(seed, -1.0f, 1.0f);
 	memcpy(khat, k, sizeof(float) * all);
 	memcpy(vhat, v, sizeof(float) * all);
 	for (b = 0; b < rc->blocks; b++) {
@@ -301,20 +301,22 @@ static void run_random_case(uint64_t *seed, const struct random_case *rc)
 
 /* Picks lengths; @shape_kind 0: random, 1: no history, 2: no Key
  * residual, 3: no Value residual. */
-static void pick_lengths(uint64_t *seed, struct random_case *rc, int shape_kind)
+static void pick_lengths(struct kvs_rng *seed, struct random_case *rc,
+			 int shape_kind)
 {
 	uint32_t hist = rc->blocks * rc->span, tokens;
 
 	if (shape_kind == 1)
 		rc->blocks = hist = 0;
-	rc->k_quant = rc->group * rng_below(seed, hist / rc->group + 1);
+	rc->k_quant = rc->group * kvs_rng_below(seed, hist / rc->group + 1);
 	if (shape_kind == 1)
 		rc->k_quant = 0;
-	rc->k_resid = shape_kind == 2 ? 0 : 1 + rng_below(seed, 2 * rc->span);
+	rc->k_resid =
+		shape_kind == 2 ? 0 : 1 + kvs_rng_below(seed, 2 * rc->span);
 	if (rc->k_quant + rc->k_resid == 0)
 		rc->k_resid = 1;
 	tokens = rc->k_quant + rc->k_resid;
-	rc->v_quant = rng_below(seed, (tokens < hist ? tokens : hist) + 1);
+	rc->v_quant = kvs_rng_below(seed, (tokens < hist ? tokens : hist) + 1);
 	if (shape_kind == 3)
 		rc->v_quant = tokens < hist ? tokens : hist;
 	rc->v_resid = tokens - rc->v_quant;
@@ -327,21 +329,21 @@ static void test_random_against_dense(void **state)
 	static const uint32_t ratios[] = { 1, 2, 4, 8 };
 	static const enum kvs_dtype metas[] = { KVS_DTYPE_F16, KVS_DTYPE_BF16,
 						KVS_DTYPE_F32 };
-	uint64_t seed = 0xa77e2d5eedull;
+	struct kvs_rng seed = { 0xa77e2d5eedull };
 	int iter;
 
 	(void)state;
 	for (iter = 0; iter < 96; iter++) {
 		struct random_case rc;
 
-		rc.kv_heads = 1 + rng_below(&seed, 2);
+		rc.kv_heads = 1 + kvs_rng_below(&seed, 2);
 		rc.ratio = ratios[iter % 4];
-		rc.head_dim = dims[rng_below(&seed, 3)];
-		rc.group = groups[rng_below(&seed, 3)];
+		rc.head_dim = dims[kvs_rng_below(&seed, 3)];
+		rc.group = groups[kvs_rng_below(&seed, 3)];
 		rc.bits = iter % 2 ? 4 : 2;
 		rc.meta = metas[(iter / 2) % 3];
-		rc.span = rc.group * (1 + rng_below(&seed, 4));
-		rc.blocks = rng_below(&seed, 4);
+		rc.span = rc.group * (1 + kvs_rng_below(&seed, 4));
+		rc.blocks = kvs_rng_below(&seed, 4);
 		pick_lengths(&seed, &rc, (iter / 6) % 4);
 		run_random_case(&seed, &rc);
 	}

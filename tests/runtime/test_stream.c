@@ -40,7 +40,8 @@ struct run {
 };
 
 static void run_init(struct run *r, const struct stream_case *c,
-		     enum kvs_order order, uint32_t tokens, uint64_t *seed)
+		     enum kvs_order order, uint32_t tokens,
+		     struct kvs_rng *seed)
 {
 	struct kvs_shape *shape = &r->cfg.shape;
 	struct kvs_ident zero;
@@ -86,7 +87,7 @@ static void run_init(struct run *r, const struct stream_case *c,
 	fill_rows(seed, r->k, r->total, r->H, r->D);
 	fill_rows(seed, r->v, r->total, r->H, r->D);
 	for (n = 0; n < (size_t)r->total * r->q_heads * r->D; n++)
-		r->q[n] = rng_float(seed, -1.0f, 1.0f);
+		r->q[n] = kvs_rng_uniform(seed, -1.0f, 1.0f);
 	/* Key groups are G tokens and Value groups one token, so a token's
 	 * dequantized K/V is the same in any block image holding it. */
 	for (b = 0; b < r->total / c->span; b++) {
@@ -233,7 +234,7 @@ static void check_tail(struct run *r)
 }
 
 static void drive(const struct stream_case *c, enum kvs_order order,
-		  uint32_t prefill, uint32_t steps, uint64_t *seed)
+		  uint32_t prefill, uint32_t steps, struct kvs_rng *seed)
 {
 	uint32_t R = c->residual, T = prefill + steps, t;
 	struct kvs_trace_row *trace = malloc(sizeof(*trace) * T);
@@ -273,7 +274,7 @@ static void drive(const struct stream_case *c, enum kvs_order order,
 
 static void test_against_dense(void **state)
 {
-	uint64_t seed = 0x5eed5742ull;
+	struct kvs_rng seed = { 0x5eed5742ull };
 	size_t i;
 	int o, p;
 
@@ -297,7 +298,7 @@ static void test_failed_step_changes_nothing(void **state)
 {
 	const struct stream_case *c = &cases[0];
 	uint32_t R = c->residual;
-	uint64_t seed = 0xbadc0deull;
+	struct kvs_rng seed = { 0xbadc0deull };
 	struct kvs_trace_row row;
 	size_t qn;
 	struct run r;
@@ -380,7 +381,7 @@ static void handoff_free(struct handoff *h)
 /* Prefill A, hand off to a fresh B, then both decode the same tokens with
  * the same results, bit for bit. */
 static void resume_case(const struct stream_case *c, enum kvs_order order,
-			uint32_t prefill, uint64_t *seed)
+			uint32_t prefill, struct kvs_rng *seed)
 {
 	uint32_t extra = c->span + c->residual + 3, t, i;
 	struct kvs_stream *b;
@@ -434,7 +435,7 @@ static void resume_case(const struct stream_case *c, enum kvs_order order,
 
 static void test_resume(void **state)
 {
-	uint64_t seed = 0x4e5u;
+	struct kvs_rng seed = { 0x4e5ull };
 	size_t i;
 
 	(void)state;
@@ -456,7 +457,7 @@ static void test_resume(void **state)
 static void test_resume_refused(void **state)
 {
 	const struct stream_case *c = &cases[0]; /* S = R = 8 */
-	uint64_t seed = 0x4e5eull;
+	struct kvs_rng seed = { 0x4e5eull };
 	struct kvs_stream_config cfg;
 	struct kvs_stream *b;
 	struct handoff h;
@@ -560,7 +561,7 @@ static void test_backend_ops(void **state)
 		.attend = counting_attend,
 	};
 	const struct stream_case *c = &cases[2]; /* R = 16, S = 48 */
-	uint64_t seed = 0xc0047ull;
+	struct kvs_rng seed = { 0xc0047ull };
 	size_t qn;
 	struct run r;
 	uint32_t t;
@@ -592,7 +593,7 @@ static void test_backend_ops(void **state)
 static void test_bad_arguments(void **state)
 {
 	const struct stream_case *c = &cases[1];
-	uint64_t seed = 0x0a5e11ull;
+	struct kvs_rng seed = { 0x0a5e11ull };
 	struct kvs_stream_config cfg;
 	struct kvs_stream *st = (struct kvs_stream *)&seed;
 	struct run r;

@@ -778,11 +778,12 @@ static int resume_tail(struct kvs_stream *st, const struct kvs_view *tail)
 
 			/* Keys below k_quant are in the blocks. */
 			for (d = 0; d < D; d++) {
-				vrow[d] = kvs_load(dtype, values, v_at + d);
+				vrow[d] =
+					kvs_dtype_load(dtype, values, v_at + d);
 				krow[d] = t < st->len.k_quant
 						  ? 0.0f
-						  : kvs_load(dtype, keys,
-							     k_at + d);
+						  : kvs_dtype_load(dtype, keys,
+								   k_at + d);
 			}
 		}
 	}
@@ -840,7 +841,7 @@ static void gather_rows(const struct kvs_stream *st, float *base,
 			const float *row = win_row(st, base, h, first + t);
 
 			for (d = 0; d < D; d++)
-				kvs_store(dtype, dst, o++, row[d]);
+				kvs_dtype_store(dtype, dst, o++, row[d]);
 		}
 }
 

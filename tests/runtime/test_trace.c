@@ -116,17 +116,17 @@ static void test_random_invariants(void **state)
 {
 	static const uint32_t groups[] = { 1, 2, 4, 8, 32 };
 	struct kvs_trace_row *rows;
-	uint64_t seed = 0x7ace5eedull;
+	struct kvs_rng seed = { 0x7ace5eedull };
 	int iter, o;
 
 	(void)state;
 	rows = malloc(sizeof(*rows) * 2000);
 	assert_non_null(rows);
 	for (iter = 0; iter < 40; iter++) {
-		uint32_t G = groups[rng_below(&seed, 5)];
-		uint32_t R = G * (1 + rng_below(&seed, 8));
+		uint32_t G = groups[kvs_rng_below(&seed, 5)];
+		uint32_t R = G * (1 + kvs_rng_below(&seed, 8));
 		uint32_t steps =
-			1 + rng_below(&seed, 5 * R < 2000 ? 5 * R : 2000);
+			1 + kvs_rng_below(&seed, 5 * R < 2000 ? 5 * R : 2000);
 
 		for (o = 0; o < 2; o++) {
 			enum kvs_order order =

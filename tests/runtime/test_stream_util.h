@@ -1,7 +1,7 @@
 /*
  * test_stream_util - helpers shared by the stream, attention and trace
- * tests: a seeded generator, a plain double-precision dense attention, and
- * sealing a block of token-major K/V into an opened view.
+ * tests: token rows from common/rng.h, a plain double-precision dense
+ * attention, and sealing a block of token-major K/V into an opened view.
  */
 #ifndef KVSTASH_TEST_STREAM_UTIL_H
 #define KVSTASH_TEST_STREAM_UTIL_H
@@ -11,46 +11,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/rng.h"
 #include "kvstash/kvformat.h"
 #include "kvstash/stream.h"
-
-static inline uint64_t rng_next(uint64_t *state)
-{
-	uint64_t x = *state;
-
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	*state = x;
-	return x * 0x2545F4914F6CDD1Dull;
-}
-
-/* Uniform integer in [0, n). */
-static inline uint32_t rng_below(uint64_t *state, uint32_t n)
-{
-	return (uint32_t)(rng_next(state) % n);
-}
-
-/* Uniform float in [lo, hi). */
-static inline float rng_float(uint64_t *state, float lo, float hi)
-{
-	double u = (double)(rng_next(state) >> 11) / 9007199254740992.0;
-
-	return (float)(lo + (hi - lo) * u);
-}
 
 /*
  * Fills @n token rows of [kv_heads][D] (token-major) with values in
  * [-2, 2), channel 1 of every head shifted by +40 (a Key outlier channel
  * when used for Keys; harmless for Values).
  */
-static inline void fill_rows(uint64_t *state, float *rows, size_t n,
+static inline void fill_rows(struct kvs_rng *rng, float *rows, size_t n,
 			     uint32_t kv_heads, uint32_t head_dim)
 {
 	size_t i;
 
 	for (i = 0; i < n * kv_heads * head_dim; i++)
-		rows[i] = rng_float(state, -2.0f, 2.0f) +
+		rows[i] = kvs_rng_uniform(rng, -2.0f, 2.0f) +
 			  (i % head_dim == 1 ? 40.0f : 0.0f);
 }
 

@@ -221,10 +221,10 @@ static void decode_keys(const struct history *hist, const struct kvs_view *view,
 				((size_t)head * groups_per_head + t / G) * D;
 
 			for (d = 0; d < D; d++) {
-				ds->origin[d] =
-					kvs_load(hist->meta, origins, base + d);
-				ds->step[d] =
-					kvs_load(hist->meta, steps, base + d);
+				ds->origin[d] = kvs_dtype_load(
+					hist->meta, origins, base + d);
+				ds->step[d] = kvs_dtype_load(hist->meta, steps,
+							     base + d);
 			}
 		}
 		unpack_row(codes + ((size_t)head * hist->span + t) *
@@ -256,8 +256,8 @@ static void decode_values(const struct history *hist,
 			   ds->codes);
 		for (d = 0; d < D; d += G) {
 			size_t m = token * (D / G) + d / G;
-			float origin = kvs_load(hist->meta, origins, m);
-			float step = kvs_load(hist->meta, steps, m);
+			float origin = kvs_dtype_load(hist->meta, origins, m);
+			float step = kvs_dtype_load(hist->meta, steps, m);
 			uint32_t i;
 
 			for (i = d; i < d + G; i++)
