@@ -810,7 +810,7 @@ void kvs_etcd_range_free(struct kvs_etcd_range *range)
 {
 	if (range == NULL)
 		return;
-	for (size_t i = 0; i < range->count; i++)
+	for (size_t i = 0; range->kvs != NULL && i < range->count; i++)
 		kvs_etcd_kv_free(&range->kvs[i]);
 	free(range->kvs);
 	free(range);

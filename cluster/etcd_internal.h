@@ -49,8 +49,8 @@ struct kvs_etcd_kv {
 
 struct kvs_etcd_range {
 	struct kvs_etcd_header header;
-	size_t count; /* entries in kvs */
-	struct kvs_etcd_kv *kvs;
+	size_t count; /* keys in the range, all in kvs unless count_only */
+	struct kvs_etcd_kv *kvs; /* NULL for count_only */
 };
 
 /*

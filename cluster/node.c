@@ -121,8 +121,7 @@ static void set_state(struct kvs_cluster_node *node,
 		kvs_log(KVS_LOG_WARN, "cluster: %s: %s (%s); retrying",
 			node->key, why, kvs_strerror(err));
 	else
-		kvs_log(KVS_LOG_WARN, "cluster: %s: registered again",
-			node->key);
+		kvs_log(KVS_LOG_WARN, "cluster: %s: %s", node->key, why);
 }
 
 /* One round of the thread; returns the milliseconds to the next. */
@@ -130,6 +129,7 @@ static unsigned keepalive_round(struct kvs_cluster_node *node)
 {
 	const char *id = strrchr(node->key, '/') + 1;
 	unsigned interval = node->ttl_s * 1000 / 3;
+	const char *how = "etcd answers again, lease kept";
 	int64_t lease;
 	bool was_out;
 	int err;
@@ -147,6 +147,7 @@ static unsigned keepalive_round(struct kvs_cluster_node *node)
 			"cluster: lease %lld of %s is gone; registering again",
 			(long long)lease, node->key);
 		err = register_once(node, id, &lease);
+		how = "registered again";
 		if (err == 0) {
 			pthread_mutex_lock(&node->lock);
 			node->lease = lease;
@@ -162,7 +163,7 @@ static unsigned keepalive_round(struct kvs_cluster_node *node)
 			  err);
 		return interval < RETRY_MS ? interval : RETRY_MS;
 	}
-	set_state(node, KVS_CLUSTER_CONNECTED, NULL, 0);
+	set_state(node, KVS_CLUSTER_CONNECTED, how, 0);
 	return interval;
 }
 

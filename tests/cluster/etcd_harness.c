@@ -259,6 +259,33 @@ int test_etcd_restart(struct test_etcd *etcd, bool wipe)
 	return run(etcd);
 }
 
+int test_etcd_compact(struct test_etcd *etcd, long long revision)
+{
+	struct curl_slist *headers =
+		curl_slist_append(NULL, "Content-Type: application/json");
+	CURL *curl = curl_easy_init();
+	char url[96], body[96];
+	long status = 0;
+
+	snprintf(url, sizeof(url), "%s/v3/kv/compaction", etcd->endpoint);
+	snprintf(body, sizeof(body),
+		 "{\"revision\":\"%lld\",\"physical\":true}", revision);
+	if (curl != NULL && headers != NULL) {
+		curl_easy_setopt(curl, CURLOPT_URL, url);
+		curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+		curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+		curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 5000L);
+		curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, discard);
+		if (curl_easy_perform(curl) == CURLE_OK)
+			curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE,
+					  &status);
+	}
+	curl_easy_cleanup(curl);
+	curl_slist_free_all(headers);
+	return status == 200 ? 0 : -1;
+}
+
 void test_etcd_destroy(struct test_etcd *etcd)
 {
 	test_etcd_kill(etcd);

@@ -45,6 +45,10 @@ void test_etcd_resume(struct test_etcd *etcd);
  * @wipe, from empty data (a new cluster).  0 or -1. */
 int test_etcd_restart(struct test_etcd *etcd, bool wipe);
 
+/* Compacts etcd's history up to @revision (POST /v3/kv/compaction,
+ * physical).  0 or -1. */
+int test_etcd_compact(struct test_etcd *etcd, long long revision);
+
 /* Kills it and removes its directory.  Safe on a stopped one. */
 void test_etcd_destroy(struct test_etcd *etcd);
 
