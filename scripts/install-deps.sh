@@ -4,7 +4,8 @@
 set -eu
 pkgs="build-essential meson ninja-build pkg-config clang clang-format libclang-rt-14-dev
       libcmocka-dev liburing-dev libucx-dev ucx-utils liblz4-dev libxxhash-dev
-      libssl-dev fio python3 iproute2"
+      libssl-dev libcurl4-openssl-dev libjansson-dev etcd-server fio python3
+      iproute2"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

@@ -2,7 +2,8 @@
  * test_membership.c - node registration and the member view against a
  * real etcd: a registration appears in a view with its fields; revoking
  * (deregister, SIGTERM of a node process) removes it at once; a node
- * killed with SIGKILL leaves when its lease expires; a second node with
+ * killed with SIGKILL leaves when its lease expires; one stopped with
+ * SIGSTOP leaves too, and comes back after SIGCONT; a second node with
  * the same id is refused; values that are not members are ignored; with
  * etcd killed, calls fail within their deadlines and the view keeps its
  * members and says UNREACHABLE; etcd restarted with its data, the watch
@@ -389,6 +390,32 @@ static void test_sigterm_revokes(void **state)
 	kvs_cluster_view_close(view);
 }
 
+/* SIGSTOP: the node stops renewing and leaves when its lease expires;
+ * SIGCONT: it finds the lease gone and registers again. */
+static void test_node_paused(void **state)
+{
+	struct kvs_cluster_view *view = view_of("c8");
+	struct node_process p;
+	int64_t took;
+
+	node_start(&p, "c8", "sleepy", "127.0.0.1:7008");
+	assert_true(wait_member(view, "sleepy", true, 2000) >= 0);
+	kill(p.pid, SIGSTOP);
+	took = wait_member(view, "sleepy", false, TTL_S * 1000 + SLACK_MS);
+	printf("stopped node left the view %lld ms after SIGSTOP\n",
+	       (long long)took);
+	assert_true(took >= 0);
+	kill(p.pid, SIGCONT);
+	took = wait_member(view, "sleepy", true, TTL_S * 1000 + SLACK_MS);
+	printf("node back in the view %lld ms after SIGCONT\n",
+	       (long long)took);
+	assert_true(took >= 0);
+	assert_int_equal(node_signal(&p, SIGTERM), 0);
+	close(p.out);
+	assert_true(wait_member(view, "sleepy", false, 2000) >= 0);
+	kvs_cluster_view_close(view);
+}
+
 /* etcd killed: errors within deadlines, the view keeps its members and
  * says UNREACHABLE; restarted with its data: both recover, and the watch
  * resumes (a node registered afterwards shows up). */
@@ -402,6 +429,7 @@ static void test_etcd_outage(void **state)
 					      .ttl_s = TTL_S };
 	struct kvs_cluster_node *refused, *later;
 	struct kvs_cluster_view_stats st;
+	struct kvs_cluster_node_stats ns;
 	struct kvs_cluster_members *before, *during;
 	int64_t t0, took;
 
@@ -439,6 +467,9 @@ static void test_etcd_outage(void **state)
 	       (long long)took);
 	assert_true(took >= 0);
 	assert_true(wait_node_state(node, KVS_CLUSTER_CONNECTED, 1, 5000) >= 0);
+	/* etcd kept the lease: no new registration was needed */
+	kvs_cluster_node_stats(node, &ns);
+	assert_int_equal(ns.registrations, 1);
 	assert_true(has(view, "n1"));
 	later = node_up("c6", "n2", "127.0.0.1:7016");
 	assert_true(wait_member(view, "n2", true, 2000) >= 0);
@@ -503,6 +534,7 @@ int main(void)
 		cmocka_unit_test(test_bad_input),
 		cmocka_unit_test(test_lease_expiry),
 		cmocka_unit_test(test_sigterm_revokes),
+		cmocka_unit_test(test_node_paused),
 		cmocka_unit_test(test_etcd_outage),
 		cmocka_unit_test(test_etcd_data_loss),
 	};
