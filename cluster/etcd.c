@@ -491,12 +491,13 @@ static void post_setup(CURL *curl, const char *url, const char *body,
 }
 
 /*
- * One attempt on one endpoint.  Returns 0 with the parsed answer, a
- * negative error, and whether another endpoint may do better.
+ * One attempt on one endpoint (on a new connection when @fresh).  Returns
+ * 0 with the parsed answer, a negative error, and whether another
+ * endpoint may do better.
  */
 static int post_once(CURL *curl, const char *url, const char *body,
-		     struct curl_slist *headers, long ms, json_t **out,
-		     bool *try_next)
+		     struct curl_slist *headers, long ms, bool fresh,
+		     json_t **out, bool *try_next)
 {
 	struct answer a = { 0 };
 	json_error_t jerr;
@@ -507,6 +508,7 @@ static int post_once(CURL *curl, const char *url, const char *body,
 	int code, err;
 
 	post_setup(curl, url, body, headers, &a, ms);
+	curl_easy_setopt(curl, CURLOPT_FRESH_CONNECT, fresh ? 1L : 0L);
 	rc = curl_easy_perform(curl);
 	*try_next = false;
 	if (rc != CURLE_OK) {
@@ -553,7 +555,7 @@ static int post(struct kvs_etcd *etcd, const char *path, json_t *request,
 	char *body;
 	CURL *curl;
 	int err = -ETIMEDOUT;
-	bool timed_out = false, final = false;
+	bool timed_out = false, final = false, fresh = false;
 
 	body = json_dumps(request, JSON_COMPACT);
 	if (body == NULL)
@@ -564,7 +566,7 @@ static int post(struct kvs_etcd *etcd, const char *path, json_t *request,
 		err = -ENOMEM;
 		goto undo;
 	}
-	for (unsigned attempt = 0; attempt < etcd->endpoints; attempt++) {
+	for (unsigned tried = 0; tried < etcd->endpoints;) {
 		int64_t left = deadline - kvs_etcd_now_ms();
 		unsigned index = kvs_etcd_endpoint_current(etcd);
 		char url[KVS_ETCD_URL_MAX + 64];
@@ -575,13 +577,19 @@ static int post(struct kvs_etcd *etcd, const char *path, json_t *request,
 			break;
 		}
 		/* A hung endpoint must leave time for the others. */
-		left /= (int64_t)(etcd->endpoints - attempt);
+		left /= (int64_t)(etcd->endpoints - tried);
 		snprintf(url, sizeof(url), "%s%s", etcd->endpoint[index], path);
 		err = post_once(curl, url, body, headers, left > 0 ? left : 1,
-				out, &try_next);
+				fresh, out, &try_next);
 		if (err == 0) {
 			atomic_store(&etcd->current, index);
 			break;
+		}
+		if (err == -ECONNRESET && !fresh) {
+			/* Most likely a kept connection that etcd closed (it
+			 * restarted): once more on a new one. */
+			fresh = true;
+			continue;
 		}
 		timed_out |= err == -ETIMEDOUT;
 		if (!try_next) {
@@ -589,6 +597,7 @@ static int post(struct kvs_etcd *etcd, const char *path, json_t *request,
 			break;
 		}
 		kvs_etcd_endpoint_failed(etcd, index);
+		tried++;
 	}
 	if (err && !final && timed_out)
 		err = -ETIMEDOUT;
