@@ -1,13 +1,16 @@
 /*
  * cluster_internal.h - what the cluster module's files share: names and
- * keys in etcd, the JSON value of a member, snapshots' placement seeds.
+ * keys in etcd, the JSON value of a member, snapshots' placement seeds,
+ * the monotonic clock (clock.c).
  */
 #ifndef KVS_CLUSTER_INTERNAL_H
 #define KVS_CLUSTER_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "kvstash/cluster.h"
 
@@ -53,5 +56,10 @@ bool kvs_cluster_members_same(const struct kvs_cluster_members *a,
 
 /* Milliseconds of CLOCK_MONOTONIC. */
 int64_t kvs_cluster_now_ms(void);
+/* @ms from now on CLOCK_MONOTONIC, for pthread_cond_timedwait. */
+void kvs_cluster_deadline(unsigned ms, struct timespec *out);
+/* A condition variable whose timed waits use CLOCK_MONOTONIC.  0 or
+ * -errno. */
+int kvs_cluster_cond_init(pthread_cond_t *cond);
 
 #endif

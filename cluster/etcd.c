@@ -18,6 +18,7 @@
 #include <curl/curl.h>
 #include <openssl/evp.h>
 
+#include "cluster_internal.h"
 #include "etcd_internal.h"
 #include "kvstash/error.h"
 #include "kvstash/log.h"
@@ -43,14 +44,6 @@ struct kvs_etcd {
 	CURL *idle[IDLE_HANDLES];
 	unsigned idle_count;
 };
-
-int64_t kvs_etcd_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- base64, JSON fields ---- */
 
@@ -398,19 +391,13 @@ static void handle_give(struct kvs_etcd *etcd, CURL *curl)
 
 /* ---- one request ---- */
 
-struct answer {
-	char *bytes;
-	size_t len;
-	bool too_long;
-};
-
-static size_t answer_append(char *data, size_t size, size_t count, void *arg)
+size_t kvs_etcd_answer_append(char *data, size_t size, size_t count, void *arg)
 {
-	struct answer *a = arg;
+	struct kvs_etcd_answer *a = arg;
 	size_t n = size * count;
 	char *grown;
 
-	if (a->len + n + 1 > ANSWER_MAX) {
+	if (a->len + n + 1 > a->max) {
 		a->too_long = true;
 		return 0;
 	}
@@ -476,7 +463,8 @@ static int from_grpc(int code)
 
 /* Prepares @curl for one POST of @body to @url within @ms. */
 static void post_setup(CURL *curl, const char *url, const char *body,
-		       struct curl_slist *headers, struct answer *a, long ms)
+		       struct curl_slist *headers, struct kvs_etcd_answer *a,
+		       long ms)
 {
 	curl_easy_reset(curl);
 	curl_easy_setopt(curl, CURLOPT_URL, url);
@@ -484,7 +472,7 @@ static void post_setup(CURL *curl, const char *url, const char *body,
 	curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
 	curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
 	curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, answer_append);
+	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, kvs_etcd_answer_append);
 	curl_easy_setopt(curl, CURLOPT_WRITEDATA, a);
 	curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, ms);
 	curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, ms);
@@ -499,7 +487,7 @@ static int post_once(CURL *curl, const char *url, const char *body,
 		     struct curl_slist *headers, long ms, bool fresh,
 		     json_t **out, bool *try_next)
 {
-	struct answer a = { 0 };
+	struct kvs_etcd_answer a = { .max = ANSWER_MAX };
 	json_error_t jerr;
 	const char *message;
 	json_t *answer;
@@ -550,7 +538,7 @@ static int post_once(CURL *curl, const char *url, const char *body,
 static int post(struct kvs_etcd *etcd, const char *path, json_t *request,
 		json_t **out)
 {
-	int64_t deadline = kvs_etcd_now_ms() + etcd->timeout_ms;
+	int64_t deadline = kvs_cluster_now_ms() + etcd->timeout_ms;
 	struct curl_slist *headers;
 	char *body;
 	CURL *curl;
@@ -567,7 +555,7 @@ static int post(struct kvs_etcd *etcd, const char *path, json_t *request,
 		goto undo;
 	}
 	for (unsigned tried = 0; tried < etcd->endpoints;) {
-		int64_t left = deadline - kvs_etcd_now_ms();
+		int64_t left = deadline - kvs_cluster_now_ms();
 		unsigned index = kvs_etcd_endpoint_current(etcd);
 		char url[KVS_ETCD_URL_MAX + 64];
 		bool try_next;
@@ -620,25 +608,39 @@ undo:
 
 /* ---- methods ---- */
 
-int kvs_etcd_lease_grant(struct kvs_etcd *etcd, unsigned ttl_s,
-			 int64_t *lease_out)
+/*
+ * A lease call: POST {@field: "@n"} to @path, then read the int64 field
+ * @out_field of the answer (0 when absent) to @out_value, unless NULL.
+ */
+static int lease_call(struct kvs_etcd *etcd, const char *path,
+		      const char *field, int64_t n, const char *out_field,
+		      int64_t *out_value)
 {
 	json_t *request = json_object(), *answer;
-	int64_t id, ttl;
 	int err;
 
 	if (request == NULL)
 		return -ENOMEM;
-	err = set_int64(request, "TTL", ttl_s);
+	err = set_int64(request, field, n);
 	if (!err)
-		err = post(etcd, "/v3/lease/grant", request, &answer);
+		err = post(etcd, path, request, &answer);
 	json_decref(request);
 	if (err)
 		return err;
-	if (kvs_etcd_json_int64(answer, "ID", &id) ||
-	    kvs_etcd_json_int64(answer, "TTL", &ttl) || id == 0)
+	if (out_field && kvs_etcd_json_int64(answer, out_field, out_value))
 		err = -KVS_EPROTO;
 	json_decref(answer);
+	return err;
+}
+
+int kvs_etcd_lease_grant(struct kvs_etcd *etcd, unsigned ttl_s,
+			 int64_t *lease_out)
+{
+	int64_t id;
+	int err = lease_call(etcd, "/v3/lease/grant", "TTL", ttl_s, "ID", &id);
+
+	if (!err && id == 0)
+		err = -KVS_EPROTO;
 	if (!err)
 		*lease_out = id;
 	return err;
@@ -647,21 +649,10 @@ int kvs_etcd_lease_grant(struct kvs_etcd *etcd, unsigned ttl_s,
 int kvs_etcd_lease_keepalive(struct kvs_etcd *etcd, int64_t lease,
 			     int64_t *ttl_out)
 {
-	json_t *request = json_object(), *answer;
 	int64_t ttl;
-	int err;
+	int err = lease_call(etcd, "/v3/lease/keepalive", "ID", lease, "TTL",
+			     &ttl);
 
-	if (request == NULL)
-		return -ENOMEM;
-	err = set_int64(request, "ID", lease);
-	if (!err)
-		err = post(etcd, "/v3/lease/keepalive", request, &answer);
-	json_decref(request);
-	if (err)
-		return err;
-	if (kvs_etcd_json_int64(answer, "TTL", &ttl))
-		err = -KVS_EPROTO;
-	json_decref(answer);
 	/* An expired lease answers with no TTL (the gateway omits 0). */
 	if (!err && ttl <= 0)
 		err = -ENOENT;
@@ -672,18 +663,7 @@ int kvs_etcd_lease_keepalive(struct kvs_etcd *etcd, int64_t lease,
 
 int kvs_etcd_lease_revoke(struct kvs_etcd *etcd, int64_t lease)
 {
-	json_t *request = json_object(), *answer;
-	int err;
-
-	if (request == NULL)
-		return -ENOMEM;
-	err = set_int64(request, "ID", lease);
-	if (!err)
-		err = post(etcd, "/v3/lease/revoke", request, &answer);
-	json_decref(request);
-	if (!err)
-		json_decref(answer);
-	return err;
+	return lease_call(etcd, "/v3/lease/revoke", "ID", lease, NULL, NULL);
 }
 
 /* The body of a put: {"key", "value", "lease"}. */

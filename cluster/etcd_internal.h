@@ -104,6 +104,15 @@ int kvs_etcd_delete(struct kvs_etcd *etcd, const char *key, bool prefix,
 
 /* ---- shared with the watch (etcd.c) ---- */
 
+/* An answer being received: a curl write callback appends to it. */
+struct kvs_etcd_answer {
+	char *bytes; /* NUL-terminated; the caller frees */
+	size_t len;
+	size_t max; /* bytes refused beyond this */
+	bool too_long;
+};
+size_t kvs_etcd_answer_append(char *data, size_t size, size_t count, void *arg);
+
 /* The end of the range of keys starting with @key (etcd's range_end), as
  * a malloc'ed string of @len bytes (may contain no NUL before its end). */
 int kvs_etcd_prefix_end(const char *key, char **out, size_t *len_out);
@@ -125,9 +134,6 @@ int kvs_etcd_json_int64(json_t *obj, const char *field, int64_t *out);
 unsigned kvs_etcd_endpoint_current(struct kvs_etcd *etcd);
 const char *kvs_etcd_endpoint_url(const struct kvs_etcd *etcd, unsigned index);
 void kvs_etcd_endpoint_failed(struct kvs_etcd *etcd, unsigned index);
-
-/* Milliseconds of CLOCK_MONOTONIC. */
-int64_t kvs_etcd_now_ms(void);
 
 /* ---- watch (etcd_watch.c) ---- */
 

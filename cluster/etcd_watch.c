@@ -21,6 +21,7 @@
 
 #include <curl/curl.h>
 
+#include "cluster_internal.h"
 #include "etcd_internal.h"
 #include "kvstash/error.h"
 #include "kvstash/log.h"
@@ -65,8 +66,7 @@ struct kvs_etcd_watch {
 	/* the probe */
 	CURL *probe;
 	char *probe_body;
-	char *probe_answer;
-	size_t probe_len;
+	struct kvs_etcd_answer probe_answer;
 	int64_t probe_at;
 };
 
@@ -175,7 +175,7 @@ static void handle_answer(struct kvs_etcd_watch *w, json_t *answer)
 		w->cluster_id = h.cluster_id;
 		w->created = true;
 		w->backoff_ms = 0;
-		w->probe_at = kvs_etcd_now_ms() + w->probe_ms;
+		w->probe_at = kvs_cluster_now_ms() + w->probe_ms;
 		report_state(w, true);
 	}
 	if (deliver_events(w, json_object_get(result, "events")))
@@ -270,9 +270,8 @@ static void probe_close(struct kvs_etcd_watch *w)
 	curl_multi_remove_handle(w->multi, w->probe);
 	curl_easy_cleanup(w->probe);
 	w->probe = NULL;
-	free(w->probe_answer);
-	w->probe_answer = NULL;
-	w->probe_len = 0;
+	free(w->probe_answer.bytes);
+	memset(&w->probe_answer, 0, sizeof(w->probe_answer));
 }
 
 static void stream_close(struct kvs_etcd_watch *w)
@@ -330,30 +329,12 @@ static int stream_open(struct kvs_etcd_watch *w)
 	curl_easy_setopt(w->stream, CURLOPT_WRITEDATA, w);
 	w->end = STREAM_OPEN;
 	w->created = false;
-	w->created_by = kvs_etcd_now_ms() + kvs_etcd_timeout_ms(w->etcd);
+	w->created_by = kvs_cluster_now_ms() + kvs_etcd_timeout_ms(w->etcd);
 	if (curl_multi_add_handle(w->multi, w->stream) != CURLM_OK) {
 		stream_close(w);
 		return -ENOMEM;
 	}
 	return 0;
-}
-
-static size_t probe_write(char *data, size_t size, size_t count, void *arg)
-{
-	struct kvs_etcd_watch *w = arg;
-	size_t n = size * count;
-	char *grown;
-
-	if (w->probe_len + n > 65536)
-		return 0; /* a count-only answer is small */
-	grown = realloc(w->probe_answer, w->probe_len + n + 1);
-	if (grown == NULL)
-		return 0;
-	memcpy(grown + w->probe_len, data, n);
-	w->probe_len += n;
-	grown[w->probe_len] = '\0';
-	w->probe_answer = grown;
-	return n;
 }
 
 static void probe_open(struct kvs_etcd_watch *w)
@@ -362,8 +343,11 @@ static void probe_open(struct kvs_etcd_watch *w)
 			       (long)kvs_etcd_timeout_ms(w->etcd));
 	if (w->probe == NULL)
 		return;
-	curl_easy_setopt(w->probe, CURLOPT_WRITEFUNCTION, probe_write);
-	curl_easy_setopt(w->probe, CURLOPT_WRITEDATA, w);
+	/* a count-only answer is small */
+	w->probe_answer.max = 65536;
+	curl_easy_setopt(w->probe, CURLOPT_WRITEFUNCTION,
+			 kvs_etcd_answer_append);
+	curl_easy_setopt(w->probe, CURLOPT_WRITEDATA, &w->probe_answer);
 	if (curl_multi_add_handle(w->multi, w->probe) != CURLM_OK) {
 		curl_easy_cleanup(w->probe);
 		w->probe = NULL;
@@ -380,8 +364,9 @@ static void probe_done(struct kvs_etcd_watch *w, CURLcode rc)
 
 	if (rc == CURLE_OK) {
 		curl_easy_getinfo(w->probe, CURLINFO_RESPONSE_CODE, &status);
-		answer = json_loadb(w->probe_answer ? w->probe_answer : "",
-				    w->probe_len, 0, NULL);
+		answer = json_loadb(
+			w->probe_answer.bytes ? w->probe_answer.bytes : "",
+			w->probe_answer.len, 0, NULL);
 	}
 	if (status != 200 || kvs_etcd_parse_header(answer, &h) != 0) {
 		kvs_log(KVS_LOG_DEBUG, "etcd watch: probe failed: %s",
@@ -392,7 +377,7 @@ static void probe_done(struct kvs_etcd_watch *w, CURLcode rc)
 	}
 	json_decref(answer);
 	probe_close(w);
-	w->probe_at = kvs_etcd_now_ms() + w->probe_ms;
+	w->probe_at = kvs_cluster_now_ms() + w->probe_ms;
 }
 
 /* Handles the transfers curl finished. */
@@ -426,10 +411,10 @@ static unsigned next_backoff(unsigned ms)
 /* Sleeps @ms unless stopped (curl_multi_wakeup ends the poll). */
 static void pause_ms(struct kvs_etcd_watch *w, unsigned ms)
 {
-	int64_t until = kvs_etcd_now_ms() + ms;
+	int64_t until = kvs_cluster_now_ms() + ms;
 
 	while (!atomic_load(&w->stop)) {
-		int64_t left = until - kvs_etcd_now_ms();
+		int64_t left = until - kvs_cluster_now_ms();
 
 		if (left <= 0)
 			break;
@@ -456,7 +441,7 @@ static void stream_ended(struct kvs_etcd_watch *w)
 /* How long poll may wait: until the next deadline of the stream. */
 static int poll_ms(struct kvs_etcd_watch *w)
 {
-	int64_t now = kvs_etcd_now_ms();
+	int64_t now = kvs_cluster_now_ms();
 	int64_t until = w->created ? w->probe_at : w->created_by;
 	int64_t left = until - now;
 
@@ -475,13 +460,13 @@ static void step(struct kvs_etcd_watch *w)
 	curl_multi_perform(w->multi, &running);
 	collect(w);
 	if (w->end == STREAM_OPEN && !w->created &&
-	    kvs_etcd_now_ms() >= w->created_by) {
+	    kvs_cluster_now_ms() >= w->created_by) {
 		kvs_log(KVS_LOG_DEBUG, "etcd watch: no answer in %u ms",
 			kvs_etcd_timeout_ms(w->etcd));
 		w->end = STREAM_BROKEN;
 	}
 	if (w->end == STREAM_OPEN && w->created && w->probe == NULL &&
-	    kvs_etcd_now_ms() >= w->probe_at)
+	    kvs_cluster_now_ms() >= w->probe_at)
 		probe_open(w);
 }
 

@@ -33,14 +33,6 @@ struct kvs_cluster_members {
 	struct entry entry[];
 };
 
-int64_t kvs_cluster_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- names, configs, keys ---- */
 
 bool kvs_cluster_name_valid(const char *name)

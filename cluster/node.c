@@ -175,13 +175,7 @@ static void *keepalive_thread(void *arg)
 	for (;;) {
 		struct timespec until;
 
-		clock_gettime(CLOCK_MONOTONIC, &until);
-		until.tv_sec += wait_ms / 1000;
-		until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
-		if (until.tv_nsec >= 1000000000) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000;
-		}
+		kvs_cluster_deadline(wait_ms, &until);
 		pthread_mutex_lock(&node->lock);
 		while (!node->stop &&
 		       pthread_cond_timedwait(&node->wake, &node->lock,
@@ -245,20 +239,14 @@ static char *node_value(const struct kvs_cluster_node_info *info)
 
 static int node_sync_init(struct kvs_cluster_node *node)
 {
-	pthread_condattr_t attr;
 	int err = pthread_mutex_init(&node->lock, NULL);
 
 	if (err)
 		return -err;
-	pthread_condattr_init(&attr);
-	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-	err = pthread_cond_init(&node->wake, &attr);
-	pthread_condattr_destroy(&attr);
-	if (err) {
+	err = kvs_cluster_cond_init(&node->wake);
+	if (err)
 		pthread_mutex_destroy(&node->lock);
-		return -err;
-	}
-	return 0;
+	return err;
 }
 
 int kvs_cluster_node_register(const struct kvs_cluster_config *config,

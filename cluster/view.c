@@ -253,7 +253,6 @@ int kvs_cluster_view_open(const struct kvs_cluster_config *config,
 			  struct kvs_cluster_view **out)
 {
 	struct kvs_cluster_view *view;
-	pthread_condattr_t attr;
 	int64_t revision;
 	int err;
 
@@ -272,10 +271,7 @@ int kvs_cluster_view_open(const struct kvs_cluster_config *config,
 	err = -pthread_mutex_init(&view->lock, NULL);
 	if (err)
 		goto undo_etcd;
-	pthread_condattr_init(&attr);
-	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-	err = -pthread_cond_init(&view->changed, &attr);
-	pthread_condattr_destroy(&attr);
+	err = kvs_cluster_cond_init(&view->changed);
 	if (err)
 		goto undo_lock;
 	revision = load_all(view);
@@ -337,13 +333,7 @@ int kvs_cluster_view_wait(struct kvs_cluster_view *view, uint64_t generation,
 	struct timespec until;
 	int err = 0;
 
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += timeout_ms / 1000;
-	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-	if (until.tv_nsec >= 1000000000) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000;
-	}
+	kvs_cluster_deadline(timeout_ms, &until);
 	pthread_mutex_lock(&view->lock);
 	while (kvs_cluster_members_generation(view->current) <= generation &&
 	       err == 0)

@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "cluster_internal.h"
 #include "etcd_harness.h"
 #include "etcd_internal.h"
 #include "kvstash/error.h"
@@ -239,19 +240,36 @@ static const struct kvs_etcd_watch_ops seen_ops = {
 	.resync = on_resync,
 };
 
+/* A watch of @prefix through @etcd from @from (0: from now), reporting to
+ * @s. */
+static struct kvs_etcd_watch *watch_into(struct seen *s, struct kvs_etcd *etcd,
+					 const char *prefix, int64_t from,
+					 unsigned probe_ms)
+{
+	struct kvs_etcd_watch *watch;
+
+	seen_init(s, etcd, prefix);
+	if (from == 0)
+		from = revision_of(etcd) + 1;
+	assert_int_equal(kvs_etcd_watch_start(etcd, prefix, from, probe_ms,
+					      &seen_ops, s, &watch),
+			 0);
+	return watch;
+}
+
 /* Waits until @cond_expr holds (evaluated with s->lock held); returns how
  * long it took in ms, or -1 after @ms. */
 #define SEEN_WAIT(s, cond_expr, ms)                                            \
 	({                                                                     \
-		int64_t t0_ = kvs_etcd_now_ms(), took_ = -1;                   \
+		int64_t t0_ = kvs_cluster_now_ms(), took_ = -1;                \
 		pthread_mutex_lock(&(s)->lock);                                \
-		while (!(cond_expr) && kvs_etcd_now_ms() - t0_ < (ms)) {       \
+		while (!(cond_expr) && kvs_cluster_now_ms() - t0_ < (ms)) {    \
 			pthread_mutex_unlock(&(s)->lock);                      \
 			usleep(10 * 1000);                                     \
 			pthread_mutex_lock(&(s)->lock);                        \
 		}                                                              \
 		if (cond_expr)                                                 \
-			took_ = kvs_etcd_now_ms() - t0_;                       \
+			took_ = kvs_cluster_now_ms() - t0_;                    \
 		pthread_mutex_unlock(&(s)->lock);                              \
 		took_;                                                         \
 	})
@@ -273,11 +291,7 @@ static void test_watch_events(void **state)
 	struct kvs_etcd_watch *watch;
 	struct seen s;
 
-	seen_init(&s, etcd, "/t/w/");
-	assert_int_equal(kvs_etcd_watch_start(etcd, "/t/w/",
-					      revision_of(etcd) + 1, 500,
-					      &seen_ops, &s, &watch),
-			 0);
+	watch = watch_into(&s, etcd, "/t/w/", 0, 500);
 	assert_true(SEEN_WAIT(&s, s.connected == 1, 5000) >= 0);
 	assert_int_equal(kvs_etcd_put(etcd, "/t/w/a", "1", 1, 0), 0);
 	assert_int_equal(kvs_etcd_put(etcd, "/t/wx", "no", 2, 0), 0);
@@ -313,10 +327,7 @@ static void test_watch_from_revision(void **state)
 		snprintf(key, sizeof(key), "/t/r/%02d", i);
 		assert_int_equal(kvs_etcd_put(etcd, key, "x", 1, 0), 0);
 	}
-	seen_init(&s, etcd, "/t/r/");
-	assert_int_equal(kvs_etcd_watch_start(etcd, "/t/r/", from, 500,
-					      &seen_ops, &s, &watch),
-			 0);
+	watch = watch_into(&s, etcd, "/t/r/", from, 500);
 	assert_true(SEEN_WAIT(&s, s.n >= 20, 5000) >= 0);
 	kvs_etcd_watch_stop(watch);
 	for (int i = 0; i < 20; i++) {
@@ -352,10 +363,10 @@ static void test_failover(void **state)
 		 "http://127.0.0.1:%d,http://127.0.0.1:%d", dead,
 		 test_free_port());
 	etcd = client(endpoints, 5000);
-	t0 = kvs_etcd_now_ms();
+	t0 = kvs_cluster_now_ms();
 	assert_int_equal(kvs_etcd_get(etcd, "/t/f", false, false, &range),
 			 -ECONNREFUSED);
-	assert_true(kvs_etcd_now_ms() - t0 < 1000);
+	assert_true(kvs_cluster_now_ms() - t0 < 1000);
 	kvs_etcd_close(etcd);
 }
 
@@ -370,31 +381,27 @@ static void test_paused_etcd(void **state)
 	int64_t t0, took, lease, paused_at;
 	struct seen s;
 
-	seen_init(&s, second, "/t/p/");
-	assert_int_equal(kvs_etcd_watch_start(second, "/t/p/",
-					      revision_of(etcd) + 1, 300,
-					      &seen_ops, &s, &watch),
-			 0);
+	watch = watch_into(&s, second, "/t/p/", 0, 300);
 	assert_true(SEEN_WAIT(&s, s.connected == 1, 5000) >= 0);
 	test_etcd_pause(&server);
-	paused_at = kvs_etcd_now_ms();
+	paused_at = kvs_cluster_now_ms();
 
-	t0 = kvs_etcd_now_ms();
+	t0 = kvs_cluster_now_ms();
 	assert_int_equal(kvs_etcd_get(etcd, "/t/p/", true, false, &range),
 			 -ETIMEDOUT);
-	took = kvs_etcd_now_ms() - t0;
+	took = kvs_cluster_now_ms() - t0;
 	printf("range against a stopped etcd: -ETIMEDOUT after %lld ms "
 	       "(deadline 700)\n",
 	       (long long)took);
 	assert_true(took >= 650 && took <= 700 + SLACK_MS);
-	t0 = kvs_etcd_now_ms();
+	t0 = kvs_cluster_now_ms();
 	assert_int_equal(kvs_etcd_lease_grant(etcd, 5, &lease), -ETIMEDOUT);
-	assert_true(kvs_etcd_now_ms() - t0 <= 700 + SLACK_MS);
+	assert_true(kvs_cluster_now_ms() - t0 <= 700 + SLACK_MS);
 
 	/* probe every 300 ms, its deadline 1000 ms */
 	assert_true(SEEN_WAIT(&s, s.connected == 0,
 			      300 + TIMEOUT_MS + SLACK_MS) >= 0);
-	took = kvs_etcd_now_ms() - paused_at;
+	took = kvs_cluster_now_ms() - paused_at;
 	printf("watch of a stopped etcd: disconnected %lld ms after the stop "
 	       "(probe every 300 ms, deadline %d ms)\n",
 	       (long long)took, TIMEOUT_MS);
@@ -421,20 +428,16 @@ static void test_watch_survives_restart(void **state)
 	int64_t t0;
 	struct seen s;
 
-	seen_init(&s, watcher, "/t/s/");
-	assert_int_equal(kvs_etcd_watch_start(watcher, "/t/s/",
-					      revision_of(etcd) + 1, 500,
-					      &seen_ops, &s, &watch),
-			 0);
+	watch = watch_into(&s, watcher, "/t/s/", 0, 500);
 	assert_int_equal(kvs_etcd_put(etcd, "/t/s/before", "1", 1, 0), 0);
 	assert_true(SEEN_WAIT(&s, s.n == 1, 5000) >= 0);
 
 	test_etcd_kill(&server);
 	assert_true(SEEN_WAIT(&s, s.connected == 0, 2000) >= 0);
-	t0 = kvs_etcd_now_ms();
+	t0 = kvs_cluster_now_ms();
 	assert_int_equal(kvs_etcd_get(etcd, "/t/s/", true, false, &range),
 			 -ECONNREFUSED);
-	assert_true(kvs_etcd_now_ms() - t0 < TIMEOUT_MS);
+	assert_true(kvs_cluster_now_ms() - t0 < TIMEOUT_MS);
 
 	assert_int_equal(test_etcd_restart(&server, false), 0);
 	assert_int_equal(kvs_etcd_put(etcd, "/t/s/after", "2", 1, 0), 0);
@@ -459,11 +462,7 @@ static void test_watch_resyncs_after_data_loss(void **state)
 	struct kvs_etcd_watch *watch;
 	struct seen s;
 
-	seen_init(&s, watcher, "/t/d/");
-	assert_int_equal(kvs_etcd_watch_start(watcher, "/t/d/",
-					      revision_of(etcd) + 1, 500,
-					      &seen_ops, &s, &watch),
-			 0);
+	watch = watch_into(&s, watcher, "/t/d/", 0, 500);
 	for (int i = 0; i < 10; i++)
 		assert_int_equal(kvs_etcd_put(etcd, "/t/d/k", "1", 1, 0), 0);
 	assert_true(SEEN_WAIT(&s, s.n == 10, 5000) >= 0);
@@ -489,10 +488,7 @@ static void test_watch_compacted(void **state)
 	for (int i = 0; i < 5; i++)
 		assert_int_equal(kvs_etcd_put(etcd, "/t/c/k", "x", 1, 0), 0);
 	assert_int_equal(test_etcd_compact(&server, revision_of(etcd)), 0);
-	seen_init(&s, etcd, "/t/c/");
-	assert_int_equal(kvs_etcd_watch_start(etcd, "/t/c/", from, 500,
-					      &seen_ops, &s, &watch),
-			 0);
+	watch = watch_into(&s, etcd, "/t/c/", from, 500);
 	assert_true(SEEN_WAIT(&s, s.resyncs == 1, 5000) >= 0);
 	assert_int_equal(kvs_etcd_put(etcd, "/t/c/after", "y", 1, 0), 0);
 	assert_true(SEEN_WAIT(&s, s.n >= 1, 5000) >= 0);

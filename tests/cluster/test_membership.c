@@ -29,6 +29,7 @@
 
 #include <cmocka.h>
 
+#include "cluster_internal.h"
 #include "etcd_harness.h"
 #include "etcd_internal.h"
 #include "kvstash/cluster.h"
@@ -107,12 +108,12 @@ static bool has(struct kvs_cluster_view *view, const char *id)
 static int64_t wait_member(struct kvs_cluster_view *view, const char *id,
 			   bool want, int64_t ms)
 {
-	int64_t t0 = kvs_etcd_now_ms();
+	int64_t t0 = kvs_cluster_now_ms();
 
 	while (has(view, id) != want) {
 		struct kvs_cluster_members *m = kvs_cluster_view_members(view);
 		uint64_t generation = kvs_cluster_members_generation(m);
-		int64_t left = ms - (kvs_etcd_now_ms() - t0);
+		int64_t left = ms - (kvs_cluster_now_ms() - t0);
 
 		kvs_cluster_members_release(m);
 		if (left <= 0)
@@ -121,21 +122,21 @@ static int64_t wait_member(struct kvs_cluster_view *view, const char *id,
 			break;
 		kvs_cluster_view_wait(view, generation, (unsigned)left);
 	}
-	return kvs_etcd_now_ms() - t0;
+	return kvs_cluster_now_ms() - t0;
 }
 
 /* Waits until the view's state is @state; the ms, or -1 after @ms. */
 static int64_t wait_view_state(struct kvs_cluster_view *view,
 			       enum kvs_cluster_state state, int64_t ms)
 {
-	int64_t t0 = kvs_etcd_now_ms();
+	int64_t t0 = kvs_cluster_now_ms();
 	struct kvs_cluster_view_stats st;
 
 	for (;;) {
 		kvs_cluster_view_stats(view, &st);
 		if (st.state == state)
-			return kvs_etcd_now_ms() - t0;
-		if (kvs_etcd_now_ms() - t0 > ms)
+			return kvs_cluster_now_ms() - t0;
+		if (kvs_cluster_now_ms() - t0 > ms)
 			return -1;
 		usleep(20 * 1000);
 	}
@@ -145,14 +146,14 @@ static int64_t wait_node_state(struct kvs_cluster_node *node,
 			       enum kvs_cluster_state state,
 			       uint64_t registrations, int64_t ms)
 {
-	int64_t t0 = kvs_etcd_now_ms();
+	int64_t t0 = kvs_cluster_now_ms();
 	struct kvs_cluster_node_stats st;
 
 	for (;;) {
 		kvs_cluster_node_stats(node, &st);
 		if (st.state == state && st.registrations >= registrations)
-			return kvs_etcd_now_ms() - t0;
-		if (kvs_etcd_now_ms() - t0 > ms)
+			return kvs_cluster_now_ms() - t0;
+		if (kvs_cluster_now_ms() - t0 > ms)
 			return -1;
 		usleep(20 * 1000);
 	}
@@ -182,8 +183,10 @@ static bool read_line(struct node_process *p, char *line, size_t size, int ms)
 	return len > 0 && line[len - 1] == '\n';
 }
 
-static void node_start(struct node_process *p, const char *cluster,
-		       const char *id, const char *address)
+/* Starts node @id of @cluster in a process of its own and waits until
+ * @view holds it. */
+static void node_start(struct node_process *p, struct kvs_cluster_view *view,
+		       const char *cluster, const char *id, const char *address)
 {
 	char ttl[16], timeout[16], line[128];
 	int pipefd[2];
@@ -205,6 +208,7 @@ static void node_start(struct node_process *p, const char *cluster,
 	p->out = pipefd[0];
 	assert_true(read_line(p, line, sizeof(line), 10000));
 	assert_memory_equal(line, "registered ", 11);
+	assert_true(wait_member(view, id, true, 2000) >= 0);
 }
 
 /* Sends @sig and reaps the process; its exit status (-1: killed). */
@@ -342,9 +346,9 @@ static void test_bad_input(void **state)
 	/* nothing listens: the view cannot open, and says so quickly */
 	c.cluster = "c3";
 	c.endpoints = "http://127.0.0.1:1";
-	t0 = kvs_etcd_now_ms();
+	t0 = kvs_cluster_now_ms();
 	assert_int_equal(kvs_cluster_view_open(&c, &bad_view), -ECONNREFUSED);
-	assert_true(kvs_etcd_now_ms() - t0 < TIMEOUT_MS);
+	assert_true(kvs_cluster_now_ms() - t0 < TIMEOUT_MS);
 	kvs_etcd_delete(etcd, "/kvstash/c3/", true, NULL);
 	kvs_etcd_close(etcd);
 	kvs_cluster_view_close(view);
@@ -358,8 +362,7 @@ static void test_lease_expiry(void **state)
 	struct node_process p;
 	int64_t took;
 
-	node_start(&p, "c4", "crash", "127.0.0.1:7004");
-	assert_true(wait_member(view, "crash", true, 2000) >= 0);
+	node_start(&p, view, "c4", "crash", "127.0.0.1:7004");
 	assert_int_equal(node_signal(&p, SIGKILL), -1);
 	close(p.out);
 	took = wait_member(view, "crash", false, TTL_S * 1000 + SLACK_MS);
@@ -377,8 +380,7 @@ static void test_sigterm_revokes(void **state)
 	char line[64];
 	int64_t took;
 
-	node_start(&p, "c5", "polite", "127.0.0.1:7005");
-	assert_true(wait_member(view, "polite", true, 2000) >= 0);
+	node_start(&p, view, "c5", "polite", "127.0.0.1:7005");
 	assert_int_equal(node_signal(&p, SIGTERM), 0);
 	assert_true(read_line(&p, line, sizeof(line), 1000));
 	assert_string_equal(line, "deregistered 0\n");
@@ -398,8 +400,7 @@ static void test_node_paused(void **state)
 	struct node_process p;
 	int64_t took;
 
-	node_start(&p, "c8", "sleepy", "127.0.0.1:7008");
-	assert_true(wait_member(view, "sleepy", true, 2000) >= 0);
+	node_start(&p, view, "c8", "sleepy", "127.0.0.1:7008");
 	kill(p.pid, SIGSTOP);
 	took = wait_member(view, "sleepy", false, TTL_S * 1000 + SLACK_MS);
 	printf("stopped node left the view %lld ms after SIGSTOP\n",
@@ -456,10 +457,10 @@ static void test_etcd_outage(void **state)
 	assert_int_equal(st.members, 1);
 	assert_true(st.unreachable_ms > 0);
 	/* new callers get errors, within their deadlines */
-	t0 = kvs_etcd_now_ms();
+	t0 = kvs_cluster_now_ms();
 	assert_true(kvs_cluster_view_open(&c, &none) < 0);
 	assert_true(kvs_cluster_node_register(&c, &info, &refused) < 0);
-	assert_true(kvs_etcd_now_ms() - t0 <= 2 * TIMEOUT_MS + SLACK_MS);
+	assert_true(kvs_cluster_now_ms() - t0 <= 2 * TIMEOUT_MS + SLACK_MS);
 
 	assert_int_equal(test_etcd_restart(&server, false), 0);
 	took = wait_view_state(view, KVS_CLUSTER_CONNECTED, 5000);
@@ -508,14 +509,14 @@ static void test_etcd_data_loss(void **state)
 	took = wait_view_state(view, KVS_CLUSTER_CONNECTED, 5000);
 	assert_true(took >= 0);
 	/* n1 is back, under the new lease */
-	for (int64_t t0 = kvs_etcd_now_ms(); !back; usleep(20 * 1000)) {
+	for (int64_t t0 = kvs_cluster_now_ms(); !back; usleep(20 * 1000)) {
 		struct kvs_cluster_members *m = kvs_cluster_view_members(view);
 		long i = kvs_cluster_members_find(m, "n1");
 
 		back = i >= 0 &&
 		       kvs_cluster_members_get(m, (size_t)i)->lease == ns.lease;
 		kvs_cluster_members_release(m);
-		if (kvs_etcd_now_ms() - t0 > 5000)
+		if (kvs_cluster_now_ms() - t0 > 5000)
 			break;
 	}
 	assert_true(back);
