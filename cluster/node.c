@@ -10,6 +10,7 @@
  * the thread and revokes the lease, which deletes the key at once.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,16 @@ static void set_state(struct kvs_cluster_node *node,
 		kvs_log(KVS_LOG_WARN, "cluster: %s: %s", node->key, why);
 }
 
+static bool stopping(struct kvs_cluster_node *node)
+{
+	bool stop;
+
+	pthread_mutex_lock(&node->lock);
+	stop = node->stop;
+	pthread_mutex_unlock(&node->lock);
+	return stop;
+}
+
 /* One round of the thread; returns the milliseconds to the next. */
 static unsigned keepalive_round(struct kvs_cluster_node *node)
 {
@@ -142,7 +153,7 @@ static unsigned keepalive_round(struct kvs_cluster_node *node)
 	err = kvs_etcd_lease_keepalive(node->etcd, lease, NULL);
 	if (err == 0 && was_out)
 		err = check_key(node, lease);
-	if (err == -ENOENT) {
+	if (err == -ENOENT && !stopping(node)) {
 		kvs_log(KVS_LOG_WARN,
 			"cluster: lease %lld of %s is gone; registering again",
 			(long long)lease, node->key);
@@ -208,6 +219,11 @@ static int info_check(const struct kvs_cluster_node_info *info)
 			info->id, KVS_CLUSTER_ADDRESS_MAX);
 		return -EINVAL;
 	}
+	if (info->capacity > (uint64_t)INT64_MAX) {
+		kvs_log(KVS_LOG_ERR, "cluster: node %s: capacity over 2^63-1",
+			info->id);
+		return -EINVAL;
+	}
 	if (info->ttl_s > 3600) {
 		kvs_log(KVS_LOG_ERR, "cluster: lease TTL %u s over 3600",
 			info->ttl_s);
@@ -216,11 +232,10 @@ static int info_check(const struct kvs_cluster_node_info *info)
 	return 0;
 }
 
-/* The member's JSON value, or NULL (logged). */
+/* The member's JSON value, or NULL (out of memory). */
 static char *node_value(const struct kvs_cluster_node_info *info)
 {
 	struct kvs_cluster_member m;
-	char *value;
 
 	memset(&m, 0, sizeof(m));
 	strcpy(m.id, info->id);
@@ -228,13 +243,7 @@ static char *node_value(const struct kvs_cluster_node_info *info)
 	m.capacity = info->capacity;
 	m.protocol = info->protocol;
 	m.start_time = (int64_t)time(NULL);
-	value = kvs_cluster_member_encode(&m);
-	if (value == NULL)
-		kvs_log(KVS_LOG_ERR,
-			"cluster: node %s: cannot encode its "
-			"value (capacity over 2^63?)",
-			info->id);
-	return value;
+	return kvs_cluster_member_encode(&m);
 }
 
 static int node_sync_init(struct kvs_cluster_node *node)

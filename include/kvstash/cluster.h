@@ -82,7 +82,8 @@ struct kvs_cluster_node_info {
 /*
  * kvs_cluster_node_register - grant a lease, put this node's key under it
  * and keep it alive from a background thread until deregistered.
- * Returns 0 once the key is in etcd, -EINVAL for a bad config or info,
+ * Returns 0 once the key is in etcd, -EINVAL for a bad config or info
+ * (capacity at most 2^63-1),
  * -EEXIST when a live node with another address holds the same id, or the
  * etcd error (-ETIMEDOUT, -ECONNREFUSED, ...) when etcd does not answer.
  * When etcd loses the lease later (expiry during an outage, a restart
@@ -108,7 +109,8 @@ void kvs_cluster_node_stats(struct kvs_cluster_node *node,
  * kvs_cluster_node_deregister - stop the keepalive thread, revoke the
  * lease (the key leaves etcd at once) and free @node.  Returns 0, or the
  * revoke's error (the key then leaves when the lease expires); @node is
- * freed either way.  NULL is a no-op returning 0.
+ * freed either way.  Waits for the thread's call in flight, then the
+ * revoke, each bounded by timeout_ms.  NULL is a no-op returning 0.
  */
 int kvs_cluster_node_deregister(struct kvs_cluster_node *node);
 

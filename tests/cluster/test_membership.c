@@ -320,6 +320,12 @@ static void test_bad_input(void **state)
 	info.id = "n1";
 	info.address = "";
 	assert_int_equal(kvs_cluster_node_register(&c, &info, &node), -EINVAL);
+	info.address = "a:1";
+	info.capacity = 1ull << 63;
+	assert_int_equal(kvs_cluster_node_register(&c, &info, &node), -EINVAL);
+	info.capacity = 1;
+	info.ttl_s = 3601;
+	assert_int_equal(kvs_cluster_node_register(&c, &info, &node), -EINVAL);
 	c.cluster = "bad name";
 	assert_int_equal(kvs_cluster_view_open(&c, &bad_view), -EINVAL);
 
