@@ -339,12 +339,15 @@ static void test_watch_from_revision(void **state)
 	kvs_etcd_close(etcd);
 }
 
+/* The first endpoint refuses: calls and the watch go on to the next. */
 static void test_failover(void **state)
 {
 	char endpoints[256];
-	struct kvs_etcd *etcd;
+	struct kvs_etcd *etcd, *plain;
 	struct kvs_etcd_range *range;
+	struct kvs_etcd_watch *watch;
 	int dead = test_free_port();
+	struct seen s;
 	int64_t t0;
 
 	/* the first endpoint refuses: the call goes on to the second */
@@ -357,6 +360,18 @@ static void test_failover(void **state)
 	assert_int_equal(range->count, 1);
 	kvs_etcd_range_free(range);
 	kvs_etcd_close(etcd);
+
+	/* a watch too: its first stream is refused, the next one holds */
+	plain = client(server.endpoint, TIMEOUT_MS);
+	etcd = client(endpoints, TIMEOUT_MS);
+	watch = watch_into(&s, etcd, "/t/f/", revision_of(plain) + 1, 500);
+	assert_true(SEEN_WAIT(&s, s.connected == 1, 5000) >= 0);
+	assert_int_equal(kvs_etcd_put(plain, "/t/f/w", "1", 1, 0), 0);
+	assert_true(SEEN_WAIT(&s, s.n == 1, 5000) >= 0);
+	assert_string_equal(s.key[0], "/t/f/w");
+	kvs_etcd_watch_stop(watch);
+	kvs_etcd_close(etcd);
+	kvs_etcd_close(plain);
 
 	/* nobody listens: refused at once, not after the deadline */
 	snprintf(endpoints, sizeof(endpoints),
