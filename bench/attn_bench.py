@@ -18,7 +18,7 @@ kvstash's timing: under sustained load the H200 reaches its 700 W cap and
 lowers the SM clock, which slows this kernel (it is bound by the SMs) and
 not SDPA (bound by memory).  --sustained S times both again after S
 seconds of back-to-back kvstash calls, at the clock such a load settles
-at (docs/KERNELS.md, session 17); the headline timing of each shape comes
+at (docs/KERNELS.md, "How to measure"); the headline timing of each shape comes
 after --cool seconds of idling, so that the load of whatever ran before
 it (the previous shape's held phase) does not carry over; its own calls
 can still reach the cap at (8, 128K), as the clock printed beside it
@@ -489,7 +489,10 @@ def main():
     ap.add_argument("--shapes", default="1x32768,8x32768,8x131072,32x8192")
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--flags", type=int, default=0,
-                    help="kvs_cuda_attn flags (2: the 3-CTA/SM build)")
+                    help="kvs_cuda_attn flags: 1 generic only, and those of "
+                    "kernels/kernels_test.h that force a plan (2: the "
+                    "3-CTA/SM build, 8: the 4-CTA one, 32: pieces, 128: "
+                    "cluster, 256: no cluster)")
     ap.add_argument("--alt-flags", type=int,
                     help="also time these flags on the same calls, in turn "
                     "with --flags (an A/B in one process)")
@@ -506,8 +509,9 @@ def main():
                     help="seconds the GPU idles before each shape's "
                     "headline timing (default 2)")
     ap.add_argument("--diag", action="store_true",
-                    help="a diagnostic build (KVS_ATTN_PARTS): its output "
-                    "is wrong on purpose, so not checked for finite values")
+                    help="a parts probe library (bench/attn_parts.sh): its "
+                    "output is wrong on purpose, so not checked for finite "
+                    "values")
     ap.add_argument("--json")
     opt = ap.parse_args()
     lib = load(opt.lib)

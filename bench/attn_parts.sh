@@ -1,15 +1,15 @@
 #!/bin/bash
 # attn_parts.sh - the fast attention tile taken apart, on the GPU machine.
 #
-# Builds libkvstash_cuda.so once per parts mask (kernels/attention.cu,
-# KVS_ATTN_PARTS: 1 compute only, 2 no Key MMAs, 4 no Value update, 8 no
+# Builds the parts probe library (bench/libkvstash_attn_parts.so, the
+# kernels compiled with bench/attn_probe.cuh) once per parts mask
+# (KVS_ATTN_PARTS: 1 compute only, 2 no Key MMAs, 4 no Value update, 8 no
 # Key B operand, 16 no Value origin sums, 32 copy only, 64 code operands on
 # the FMA pipe, 128 the copies never waited for, 256 the copies with a
 # source size of 0 (nothing read), 512 every tile from one page, so from
-# L2, 1025 compute only beside a quad's bulk-copy ring) in
-# build-parts-<mask>/, then times each with
-# bench/attn_bench.py, mask 0 (the real kernel) first and last, and prints
-# one line per mask and shape.  Results of masks other than 0 are wrong on
+# L2) in build-parts-<mask>/, then times each with bench/attn_bench.py,
+# mask 0 (the real kernel) first and last, and prints one line per mask
+# and shape.  Results of masks other than 0 are wrong on
 # purpose: the times say what each part costs.  Then, per shape, each
 # mask's time against the kernel's.  Run from the project root after
 # `source <devdeps>/install.sh`.
@@ -28,7 +28,8 @@ for m in 0 $masks; do
 		meson setup "build-parts-$m" -Dcuda=enabled -Dtests=disabled \
 			-Dfuzz=disabled "-Dcuda_args=-DKVS_ATTN_PARTS=$m" \
 			>/dev/null 2>&1 &&
-			ninja -C "build-parts-$m" -j3 kernels/libkvstash_cuda.so \
+			ninja -C "build-parts-$m" -j3 \
+				bench/libkvstash_attn_parts.so \
 				>/dev/null 2>&1 ||
 			echo "attn_parts: mask $m did not build" >&2
 	) &
@@ -42,7 +43,7 @@ lines=$(mktemp)
 trap 'rm -f "$lines"' EXIT
 echo "mask shape kvstash_us sdpa_us ratio bw_share"
 for m in 0 $masks 0; do
-	lib="build-parts-$m/kernels/libkvstash_cuda.so"
+	lib="build-parts-$m/bench/libkvstash_attn_parts.so"
 	[ -f "$lib" ] || continue
 	diag=--diag
 	[ "$m" = 0 ] && diag=

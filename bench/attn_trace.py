@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """attn_trace.py - where one call of the fused decode attention spends time.
 
-Needs a trace build of the kernels, which records %globaltimer at fixed
-points of every warp of the attention kernel and every CTA of the merge
-kernel for the last 10 calls (kernels/attention.cu, KVS_ATTN_TRACE):
+Needs the trace probe library, the kernels compiled with
+bench/attn_probe.cuh's trace (KVS_ATTN_TRACE), which records %globaltimer
+at fixed points of every warp of the attention kernel and every CTA of the
+merge kernel for the last 10 calls; any CUDA build makes it:
 
-    meson setup build-trace -Dcuda=enabled -Dcuda_args=-DKVS_ATTN_TRACE
-    ninja -C build-trace kernels/libkvstash_cuda.so
-    python3 bench/attn_trace.py build-trace/kernels/libkvstash_cuda.so \
+    meson setup build-gpu -Dcuda=enabled
+    ninja -C build-gpu bench/libkvstash_attn_trace.so
+    python3 bench/attn_trace.py build-gpu/bench/libkvstash_attn_trace.so \
         1x512,1x32768 [flags]
 
 Runs attn_bench.py's benchmark of each shape (the same inputs, the same
@@ -37,8 +38,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attn_bench as ab  # noqa: E402
 
-# the trace's layout (attention.cu): per call, [CTA][warp][8] attention
-# events, then [CTA][6] merge events
+# the trace's layout (bench/attn_probe.cuh): per call, [CTA][warp][8]
+# attention events, then [CTA][6] merge events
 TR_CALLS, TR_CTAS, WARPS = 10, 2048, 4
 TR_ATT = TR_CTAS * WARPS * 8
 TR_CALL = TR_ATT + TR_CTAS * 6

@@ -1,6 +1,7 @@
 /*
  * cuda_check.h - CK(call): a CUDA runtime call in the bench diagnostics
- * (merge_floor.cu, wgmma_probe.cu), which print the error with its place
+ * (merge_floor.cu, wgmma_probe.cu, ring_probe.cu), which print the error
+ * with its place
  * and exit: they are programs run by hand, not library code.
  */
 #ifndef KVS_BENCH_CUDA_CHECK_H

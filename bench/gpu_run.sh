@@ -24,7 +24,7 @@ cp build-gpu/meson-logs/testlog.txt "$out/testlog.txt"
 grep -E "worst|seed|SKIP|error" build-gpu/meson-logs/testlog.txt | head -40
 if [ -n "$SANITIZE" ]; then
 	# the attention test under compute-sanitizer: memory errors, then
-	# shared-memory races (both clean since session 15)
+	# shared-memory races
 	cs=$(command -v compute-sanitizer ||
 		ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
 	for tool in memcheck racecheck; do
@@ -51,7 +51,7 @@ PYTHONUNBUFFERED=1 python3 bench/attn_bench.py --flags 0 --alt-flags 256 \
 if [ -n "$NCU" ]; then
 	# one profile of the attention kernel at (8, 32K), full set: its
 	# sections (ncu.txt), then its stall samples per SASS instruction
-	# summed by opcode over the tile loop (session 16)
+	# summed by opcode over the tile loop
 	lib=build-gpu/kernels/libkvstash_cuda.so
 	ncu --clock-control none -k regex:attn_kernel -c 1 --set full \
 		-o "$out/attn" python3 bench/attn_bench.py --shapes 8x32768 \

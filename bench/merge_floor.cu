@@ -11,8 +11,9 @@
  * its top, as attn_kernel does) or plainly, with its CTAs able to share the
  * SMs with the grid or not (40 KB of shared memory each).  CUDA graphs of
  * 10 calls, medians of 50 replays; prints the time per call and what the
- * merge adds.  Session 18 (docs/KERNELS.md, run 8) used it to set the
- * floor beside the merge-and-launch time of attn_trace.py's timelines.
+ * merge adds: the floor beside the merge-and-launch time of
+ * attn_trace.py's timelines.  Built by bench/meson.build
+ * (build-dir/bench/merge_floor), or by hand:
  *
  *     nvcc -O2 -arch=sm_90 -o /tmp/merge_floor bench/merge_floor.cu
  *     /tmp/merge_floor

@@ -11,8 +11,8 @@ launch taken with the source counters (`--set full`):
 and prints the share of the stall samples in the kernel's hot loop (of the
 loops holding 40% of the samples or more, the shortest: the fast tile loop
 of attn_kernel), that loop's stall reasons, and per opcode its instruction
-count, its share of the loop's samples and its top stall reasons.
-Session 16 used it on the (8, 32K) launch (docs/KERNELS.md).
+count, its share of the loop's samples and its top stall reasons
+(`NCU=1 bench/gpu_run.sh` runs it on the (8, 32K) launch).
 """
 import collections
 import csv

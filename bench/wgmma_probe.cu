@@ -1,13 +1,13 @@
 /*
  * wgmma_probe.cu - the fast tile's compute with warpgroup MMAs, against
- * the fast tile itself, both without memory traffic (a diagnostic for
- * docs/KERNELS.md, session 20; not a comparison with a baseline).
+ * the fast tile itself, both without memory traffic (a diagnostic; not a
+ * comparison with a baseline).
  *
  * Both kernels run CTAs of 128 threads, four an SM (the 4-CTA build's
  * occupancy), over NT 32-token tiles held in shared memory in the stage
  * layout the cp.async ring writes, cycling through them ITERS times:
  *
- *   fast: attention.cu's fast_tile() as it is (each warp its own tiles,
+ *   fast: attn_tile.cuh's fast_tile() as it is (each warp its own tiles,
  *         mma.sync, its own online softmax), the 4-CTA build's query pairs
  *         reread from shared memory;
  *   wg:   the CTA's four warps on two tiles at once (64 tokens): the Key B
@@ -26,19 +26,22 @@
  * reference over the NT tiles; the run stops if it is off by more than
  * 1e-3 relative.  Prints tiles a microsecond an SM, medians of RUNS.
  * Built with -DKVS_ATTN_PARTS=mask, both kernels leave out the same parts
- * (attention.cu's bits: 2 no Key MMAs nor their ANDs, 4 no Value update,
+ * (attn_probe.cuh's bits: 2 no Key MMAs nor their ANDs, 4 no Value update,
  * 8 no Key B operand nor origin dot) and the check is not run.
  *
- * Standalone (the library only for the link; the machine needs
- * libkvstash_cuda.so on the library path to run it):
+ * Built by bench/meson.build (build-dir/bench/wgmma_probe), or by hand
+ * from the project root:
  *
  *     nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
  *          --expt-relaxed-constexpr -Ikernels -Iinclude -I. \
- *          [-DKVS_ATTN_PARTS=mask] -o /tmp/wgmma_probe \
- *          bench/wgmma_probe.cu build-gpu/kernels/libkvstash_cuda.so
+ *          [-DKVS_ATTN_PARTS=mask] -o /tmp/wgmma_probe bench/wgmma_probe.cu
  *     /tmp/wgmma_probe [iters]
  */
-#include "attention.cu"
+#ifndef KVS_ATTN_PARTS
+#define KVS_ATTN_PARTS 0
+#endif
+#include "attn_probe.cuh"
+#include "attn_tile.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -248,7 +251,7 @@ k_wg(const uint8_t *tiles, const float *q, int iters, float *out)
 			return sm + ((2 * it + j) % NT) * TILE_BYTES;
 		};
 		/* Key B of tile bt: hi, lo per pair, and the origin dot */
-		if (!PART_OFF(8) || it == 0) {
+		if (!ATTN_PROBE_OMIT(8) || it == 0) {
 			const uint8_t *sg = tg(bt);
 			const uint32_t off = 8 * (lane & 1);
 			const uint2 s0 = *reinterpret_cast<const uint2 *>(
@@ -301,7 +304,7 @@ k_wg(const uint8_t *tiles, const float *q, int iters, float *out)
 		wg_bar(1);
 		float d[8] = { 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f };
 
-		if (!PART_OFF(2)) {
+		if (!ATTN_PROBE_OMIT(2)) {
 			const uint2 x0 = *reinterpret_cast<const uint2 *>(
 				ka + T_KC + r0 * 32 + 8 * ti);
 			const uint2 x1 = *reinterpret_cast<const uint2 *>(
@@ -369,7 +372,7 @@ k_wg(const uint8_t *tiles, const float *q, int iters, float *out)
 				vb + (T >> 3) * VB_LBO + 2 * ti * 16 +
 				(T & 7) * 2);
 
-			if (!PART_OFF(4)) {
+			if (!ATTN_PROBE_OMIT(4)) {
 				w[0] = __low2half(b01);
 				w[8] = __high2half(b01);
 				w[512] = __low2half(b23);
@@ -383,7 +386,7 @@ k_wg(const uint8_t *tiles, const float *q, int iters, float *out)
 			so[2] = fmaf(pr, o23.x, so[2]);
 			so[3] = fmaf(pr, o23.y, so[3]);
 		}
-		if (PART_OFF(4))
+		if (ATTN_PROBE_OMIT(4))
 			continue;
 		proxy_fence();
 		wg_bar(3);

@@ -18,7 +18,7 @@ struct dequant_params {
 	void *keys, *values;
 };
 
-__global__ void dequant_kernel(const dequant_params p)
+static __global__ void dequant_kernel(const dequant_params p)
 {
 	const int D = p.D, G = p.G, bits = p.bits;
 	const int g = blockIdx.x, h = blockIdx.y, n = blockIdx.z;

@@ -47,8 +47,9 @@ static int resid_check(const struct kvs_cuda_resid *st, resid_params *p)
 }
 
 /* One CTA per (sequence, head): compact a full FIFO, write the new rows. */
-__global__ void resid_append_kernel(const resid_params p, const uint16_t *kn,
-				    const uint16_t *vn)
+static __global__ void resid_append_kernel(const resid_params p,
+					   const uint16_t *kn,
+					   const uint16_t *vn)
 {
 	const int b = blockIdx.x, h = blockIdx.y, D = p.D;
 	const kvs_cuda_seq sq = p.seqs[b];
@@ -72,7 +73,7 @@ __global__ void resid_append_kernel(const resid_params p, const uint16_t *kn,
 	}
 }
 
-__global__ void resid_append_commit(const resid_params p)
+static __global__ void resid_append_commit(const resid_params p)
 {
 	int b = blockIdx.x * blockDim.x + threadIdx.x;
 
@@ -110,8 +111,9 @@ int kvs_cuda_resid_append(const struct kvs_cuda_resid *st, const void *k,
 
 /* Seal sources: K rows 0..R-1, V rows (start + len - R).. of each listed
  * sequence. */
-__global__ void resid_seal_sources(const resid_params p, const int32_t *ids,
-				   uint32_t count, const void **src)
+static __global__ void resid_seal_sources(const resid_params p,
+					  const int32_t *ids, uint32_t count,
+					  const void **src)
 {
 	uint32_t n = blockIdx.x * blockDim.x + threadIdx.x;
 
@@ -126,9 +128,11 @@ __global__ void resid_seal_sources(const resid_params p, const int32_t *ids,
 				 p.esz;
 }
 
-__global__ void resid_seal_commit(const resid_params p, const int32_t *ids,
-				  const int32_t *pages, uint32_t count,
-				  int32_t *page_table, uint32_t max_pages)
+static __global__ void resid_seal_commit(const resid_params p,
+					 const int32_t *ids,
+					 const int32_t *pages, uint32_t count,
+					 int32_t *page_table,
+					 uint32_t max_pages)
 {
 	uint32_t n = blockIdx.x * blockDim.x + threadIdx.x;
 
@@ -197,7 +201,7 @@ free_src:
 	return rc;
 }
 
-__global__ void resid_pop_kernel(const resid_params p)
+static __global__ void resid_pop_kernel(const resid_params p)
 {
 	int b = blockIdx.x * blockDim.x + threadIdx.x;
 

@@ -176,7 +176,7 @@ static __device__ void store_meta(int mt, uint8_t *base, size_t i, float x)
 	st_elem(mt, base, i, x);
 }
 
-__global__ void seal_kernel(const seal_params p)
+static __global__ void seal_kernel(const seal_params p)
 {
 	extern __shared__ float smem[];
 	const int D = p.D, G = p.G, pitch = D + 1, bits = p.bits;
@@ -876,7 +876,7 @@ static __device__ __forceinline__ void fast_value(const seal_params &p,
 }
 
 template <typename X, int D, int BITS, int MT>
-__global__ void __launch_bounds__(FAST_WARPS * 32, 3)
+static __global__ void __launch_bounds__(FAST_WARPS * 32, 3)
 seal_fast_kernel(const seal_params p, uint32_t items)
 {
 	extern __shared__ uint4 fast_smem[];

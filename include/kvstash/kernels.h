@@ -11,9 +11,10 @@
  * and layouts are the ones of kvformat.h and DESIGN.md §1-§3; docs/KERNELS.md
  * explains how the kernels read them.
  *
- * Built only where nvcc exists (KVS_HAVE_CUDA in kvs_config.h); the library
- * is libkvstash_cuda (shared, for Python through ctypes) and the static
- * kvs_kernels dependency.
+ * Built only where nvcc exists (KVS_HAVE_CUDA in kvs_config.h), as the
+ * static kvs_kernels dependency of the project's programs; the build also
+ * makes libkvstash_cuda.so for the benchmarks (through ctypes), which is
+ * not installed.
  */
 #ifndef KVSTASH_KERNELS_H
 #define KVSTASH_KERNELS_H
@@ -136,7 +137,7 @@ struct kvs_cuda_attn {
 	void *out; /* device [batch][q_heads][D] */
 	void *workspace; /* device, kvs_cuda_attn_workspace() */
 	uint64_t workspace_size;
-	uint32_t flags; /* KVS_CUDA_ATTN_* */
+	uint32_t flags; /* 0 or KVS_CUDA_ATTN_GENERIC */
 	void *stream;
 	/* optional: a bound on every sequence's k_resid_len and v_resid_len
 	 * (R + 1 for a kivi decode step), which sizes the residual-tail work
@@ -145,35 +146,10 @@ struct kvs_cuda_attn {
 	uint32_t max_resid_rows;
 };
 
-#define KVS_CUDA_ATTN_GENERIC 0x1u /* never take the tensor-core path */
-/* tuning: the fast path comes in a 4-CTA/SM build (128 registers) and a
- * 3-CTA/SM one (168 registers); without either flag the plan takes the
- * 3-CTA build where the history is a few tiles a warp (small batch, not
- * too long: 2-6% faster on the H200) and the 4-CTA one elsewhere
- * (docs/KERNELS.md, session 17).  OCC3 and OCC4 force one (OCC4 where
- * both are given) */
-#define KVS_CUDA_ATTN_OCC3 0x2u
-#define KVS_CUDA_ATTN_OCC4 0x8u
-/* the fast path's biased code operands even where the tensor cores take
- * subnormal ones (for tests and comparison) */
-#define KVS_CUDA_ATTN_NO_SUBNORMAL 0x4u
-/* every generic (residual-tail) CTA also takes a share of the history
- * tiles, even where the split plan would give it none (for tests) */
-#define KVS_CUDA_ATTN_HYBRID 0x10u
-/* with 16-bit residuals the residual tail is computed as 8-token pieces on
- * the tensor cores by the fast CTAs' warps where the plan finds generic
- * CTAs few beside the fast ones (large batch); PIECES takes the pieces
- * wherever they apply, NO_PIECES never (for tests and comparison) */
-#define KVS_CUDA_ATTN_PIECES 0x20u
-#define KVS_CUDA_ATTN_NO_PIECES 0x40u
-/* the cluster plan (fast format, 16-bit residuals, at most as many units
- * -- sequence x KV head x group of 4 query heads -- as the device has SMs):
- * a unit is one thread-block cluster whose CTAs fold their partials in
- * distributed shared memory, with no second kernel.  Taken where no flag
- * above forces a plan and the units fit; CLUSTER takes it wherever it can
- * run (over OCC3/OCC4, HYBRID, PIECES), NO_CLUSTER never */
-#define KVS_CUDA_ATTN_CLUSTER 0x80u
-#define KVS_CUDA_ATTN_NO_CLUSTER 0x100u
+/* Never take the tensor-core path: every token on the generic kernel (for
+ * comparison; slower).  The other bits of the flags word are reserved for
+ * the tests and the benchmark (they force a plan) and must be 0. */
+#define KVS_CUDA_ATTN_GENERIC 0x1u
 
 /* Workspace bytes kvs_cuda_attend() needs for these arguments. */
 uint64_t kvs_cuda_attn_workspace(const struct kvs_cuda_attn *args);
