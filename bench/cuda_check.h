@@ -1,8 +1,8 @@
 /*
- * cuda_check.h - CK(call): a CUDA runtime call in the bench diagnostics
+ * cuda_check.h - CK(call): a CUDA runtime call in the bench probes
  * (merge_floor.cu, wgmma_probe.cu, ring_probe.cu), which print the error
- * with its place
- * and exit: they are programs run by hand, not library code.
+ * with its place and exit: they are programs run by hand, not library
+ * code.
  */
 #ifndef KVS_BENCH_CUDA_CHECK_H
 #define KVS_BENCH_CUDA_CHECK_H

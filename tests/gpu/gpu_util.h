@@ -1,6 +1,6 @@
 /*
  * gpu_util.h - helpers shared by the GPU tests: skip (exit 77) when no
- * device is usable, a reproducible random generator seeded per run, device
+ * device is usable, the random generator's seed for a run, device
  * buffers that fail the test on error, typed host fills and the relative
  * error of two vectors.  Header-only so each test stays one translation
  * unit.
@@ -17,6 +17,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "common/rng.h"
 #include "kvstash/kernels.h"
 #include "kvstash/kvformat.h"
 
@@ -33,13 +34,9 @@ static inline void gpu_require(void)
 	}
 }
 
-struct gpu_rng {
-	uint64_t state;
-};
-
-/* Fresh inputs on every run; the seed is printed to reproduce a failure
- * (KVS_TEST_SEED overrides it). */
-static inline void gpu_rng_init(struct gpu_rng *r)
+/* Fresh inputs on every run (common/rng.h's generator); the seed is printed
+ * to reproduce a failure (KVS_TEST_SEED overrides it). */
+static inline void gpu_rng_init(struct kvs_rng *r)
 {
 	const char *env = getenv("KVS_TEST_SEED");
 
@@ -48,39 +45,6 @@ static inline void gpu_rng_init(struct gpu_rng *r)
 	if (!r->state)
 		r->state = 1;
 	printf("seed %llu\n", (unsigned long long)r->state);
-}
-
-static inline uint64_t gpu_rng_next(struct gpu_rng *r)
-{
-	uint64_t x = r->state;
-
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	r->state = x;
-	return x * 0x2545F4914F6CDD1DULL;
-}
-
-static inline float gpu_uniform(struct gpu_rng *r, float lo, float hi)
-{
-	double u = (double)(gpu_rng_next(r) >> 11) / 9007199254740992.0;
-
-	return (float)(lo + (hi - lo) * u);
-}
-
-static inline uint32_t gpu_below(struct gpu_rng *r, uint32_t n)
-{
-	return (uint32_t)(gpu_rng_next(r) % n);
-}
-
-/* Roughly normal: sum of four uniforms. */
-static inline float gpu_normal(struct gpu_rng *r)
-{
-	float s = 0.0f;
-
-	for (int i = 0; i < 4; i++)
-		s += gpu_uniform(r, -1.0f, 1.0f);
-	return s * 0.866f;
 }
 
 static inline void *gpu_alloc(size_t n)

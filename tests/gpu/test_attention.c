@@ -18,11 +18,12 @@
 #include <cmocka.h>
 
 #include "gpu_util.h"
+#include "kernels/kernels_test.h"
 #include "kvstash/stream.h"
 
 #define TOL 1e-3
 
-static struct gpu_rng rng;
+static struct kvs_rng rng;
 
 enum bounds { KIVI, PAPER, RANDOM };
 
@@ -65,10 +66,10 @@ static void lengths(const struct attn_case *c, uint32_t T, uint32_t stride,
 		l->k_resid_len = T % R;
 		l->v_resid_len = T < R ? T : R;
 	} else {
-		uint32_t kq = T - gpu_below(&rng, (T < stride - G ? T :
+		uint32_t kq = T - kvs_rng_below(&rng, (T < stride - G ? T :
 						    stride - G) + 1);
 		l->k_resid_len = T - kq / G * G;
-		l->v_resid_len = gpu_below(&rng, (T < stride ? T : stride) + 1);
+		l->v_resid_len = kvs_rng_below(&rng, (T < stride ? T : stride) + 1);
 	}
 	l->k_quant_len = T - l->k_resid_len;
 	l->v_quant_len = T - l->v_resid_len;
@@ -98,9 +99,9 @@ static void make_history(const struct attn_case *c, struct seq_host *s)
 		for (size_t i = 0; i < n; i++) {
 			uint32_t d = i % sh->head_dim;
 
-			k[i] = gpu_normal(&rng) * (d % 13 == 2 ? 8.0f : 1.0f) +
+			k[i] = kvs_rng_normal(&rng) * (d % 13 == 2 ? 8.0f : 1.0f) +
 			       (d % 7 == 1 ? 3.0f : 0.0f);
-			v[i] = gpu_normal(&rng);
+			v[i] = kvs_rng_normal(&rng);
 		}
 		assert_int_equal(kvs_block_seal(sh, &id, KVS_DTYPE_F32, k, v, 0,
 						&s->objects[b], &len), 0);
@@ -149,14 +150,14 @@ static void run_case(const struct attn_case *c)
 	pstride = (lay.total_size + 255) / 256 * 256;
 	for (uint32_t b = 0; b < B; b++) {
 		struct seq_host *s = &seq[b];
-		uint32_t T = c->min_tokens + gpu_below(&rng, c->max_tokens -
+		uint32_t T = c->min_tokens + kvs_rng_below(&rng, c->max_tokens -
 						       c->min_tokens + 1);
 
 		if (c->multiple)
 			T = (T + c->multiple - 1) / c->multiple * c->multiple;
 		s->tokens = T;
 		lengths(c, T, stride, &s->len);
-		s->len.v_resid_start = gpu_below(&rng, stride -
+		s->len.v_resid_start = kvs_rng_below(&rng, stride -
 						 s->len.v_resid_len + 1);
 		uint32_t hist = s->len.k_quant_len > s->len.v_quant_len ?
 				s->len.k_quant_len : s->len.v_quant_len;
@@ -173,9 +174,9 @@ static void run_case(const struct attn_case *c)
 			for (uint32_t r = 0; r < stride * D; r++) {
 				size_t at = ((size_t)h * stride) * D + r;
 				size_t dev = ((size_t)(b * H + h) * stride) * D;
-				float kx = rounded(c->dtype, gpu_normal(&rng) *
+				float kx = rounded(c->dtype, kvs_rng_normal(&rng) *
 						   2.0f);
-				float vx = rounded(c->dtype, gpu_normal(&rng));
+				float vx = rounded(c->dtype, kvs_rng_normal(&rng));
 
 				s->k_resid[at] = kx;
 				kvs_dtype_store(c->dtype, kd, dev + r, kx);
@@ -190,7 +191,7 @@ static void run_case(const struct attn_case *c)
 		lens[b] = s->len;
 	}
 	for (size_t i = 0; i < (size_t)B * Hq * D; i++) {
-		q[i] = rounded(c->dtype, gpu_normal(&rng) * 1.5f);
+		q[i] = rounded(c->dtype, kvs_rng_normal(&rng) * 1.5f);
 		kvs_dtype_store(c->dtype, qd, i, q[i]);
 	}
 
@@ -201,7 +202,7 @@ static void run_case(const struct attn_case *c)
 	for (uint32_t i = 0; i < total_pages; i++)
 		perm[i] = (int32_t)i;
 	for (uint32_t i = total_pages; i > 1; i--) {
-		uint32_t j = gpu_below(&rng, i);
+		uint32_t j = kvs_rng_below(&rng, i);
 		int32_t t = perm[i - 1];
 
 		perm[i - 1] = perm[j];
@@ -483,11 +484,11 @@ static void test_backend(void **state)
 	s.k_resid = malloc(sizeof(float) * H * stride * D);
 	s.v_resid = malloc(sizeof(float) * H * stride * D);
 	for (size_t i = 0; i < (size_t)H * stride * D; i++) {
-		s.k_resid[i] = gpu_normal(&rng);
-		s.v_resid[i] = gpu_normal(&rng);
+		s.k_resid[i] = kvs_rng_normal(&rng);
+		s.v_resid[i] = kvs_rng_normal(&rng);
 	}
 	for (size_t i = 0; i < Hq * D; i++)
-		q[i] = gpu_normal(&rng);
+		q[i] = kvs_rng_normal(&rng);
 	memset(&r, 0, sizeof(r));
 	r.q_heads = Hq;
 	r.kv_heads = H;

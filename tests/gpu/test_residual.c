@@ -22,7 +22,7 @@
 #define R 128
 #define STEPS 400
 
-static struct gpu_rng rng;
+static struct kvs_rng rng;
 
 static void test_decode_loop(void **state)
 {
@@ -101,15 +101,15 @@ static void test_decode_loop(void **state)
 		for (int b = 0; b < B; b++) {
 			for (int i = 0; i < HQ * D; i++) {
 				q[b][i] = kvs_round_to(KVS_DTYPE_F16,
-						       gpu_normal(&rng) * 1.5f);
+						       kvs_rng_normal(&rng) * 1.5f);
 				qh[b * HQ * D + i] = kvs_f32_to_f16(q[b][i]);
 			}
 			for (int i = 0; i < H * D; i++) {
 				k[b][i] = kvs_round_to(KVS_DTYPE_F16,
-					gpu_normal(&rng) *
+					kvs_rng_normal(&rng) *
 					(i % 9 == 4 ? 6 : 1));
 				v[b][i] = kvs_round_to(KVS_DTYPE_F16,
-						       gpu_normal(&rng));
+						       kvs_rng_normal(&rng));
 				kh[b * H * D + i] = kvs_f32_to_f16(k[b][i]);
 				vh[b * H * D + i] = kvs_f32_to_f16(v[b][i]);
 			}

@@ -21,7 +21,7 @@
 #include "gpu_util.h"
 #include "kvstash/stream.h"
 
-static struct gpu_rng rng;
+static struct kvs_rng rng;
 
 /* How the kernel reads its input. */
 enum seal_src {
@@ -52,41 +52,41 @@ static void *make_input(const struct seal_case *c, int key)
 	for (size_t i = 0; i < n; i++) {
 		uint32_t d = i % s->head_dim;
 		size_t tok = i / ((size_t)s->kv_heads * s->head_dim);
-		float x = gpu_normal(&rng);
+		float x = kvs_rng_normal(&rng);
 
 		if (key && d % 17 == 3)
 			x = x * 40.0f + 25.0f;          /* outlier channel */
 		if (key && d == 5 && tok % s->span < s->group)
 			x = 0.71875f;                  /* constant Key group */
 		if (key && d == 9 && (tok / s->group) % 3 == 1)
-			x = (gpu_rng_next(&rng) & 1) ? 5.9604645e-8f : 0.0f;
+			x = (kvs_rng_next(&rng) & 1) ? 5.9604645e-8f : 0.0f;
 		if (key && d == 11 && (tok / s->group) % 4 == 2)
-			x = (gpu_rng_next(&rng) & 1) ? -0.0f : 0.0f;
+			x = (kvs_rng_next(&rng) & 1) ? -0.0f : 0.0f;
 		if (!key && tok % 13 == 6 && d >= 2u * s->group &&
 		    d < 3u * s->group)
-			x = (gpu_rng_next(&rng) & 1) ? -0.0f : 0.0f;
+			x = (kvs_rng_next(&rng) & 1) ? -0.0f : 0.0f;
 		if (!key && tok % 7 == 3 && d < s->group)
 			x = -1.25f;             /* constant Value group */
 		if (!key && tok % 11 == 5 && d >= s->group &&
 		    d < 2u * s->group)
-			x = (gpu_rng_next(&rng) & 1) ? 1e-30f : 0.0f;
+			x = (kvs_rng_next(&rng) & 1) ? 1e-30f : 0.0f;
 		/* a step whose reciprocal would overflow (bf16 input) */
 		if (!key && tok % 17 == 8 &&
 		    d >= (uint32_t)s->head_dim - s->group)
-			x = (gpu_rng_next(&rng) & 1) ? 1e-38f : 0.0f;
+			x = (kvs_rng_next(&rng) & 1) ? 1e-38f : 0.0f;
 		if (key && d == 13 && (tok / s->group) % 5 == 3)
-			x = (gpu_rng_next(&rng) & 1) ? -2e-38f : 1e-39f;
+			x = (kvs_rng_next(&rng) & 1) ? -2e-38f : 1e-39f;
 		/* ranges near FLT_MAX, which only fp32 metadata holds */
 		if (huge && key && d == 15 && (tok / s->group) % 7 == 4)
-			x = (gpu_rng_next(&rng) & 1) ? -1.5e38f : 1.5e38f;
+			x = (kvs_rng_next(&rng) & 1) ? -1.5e38f : 1.5e38f;
 		if (huge && !key && tok % 19 == 2 && d < s->group)
-			x = (gpu_rng_next(&rng) & 1) ? -1.5e38f : 1.7e38f;
+			x = (kvs_rng_next(&rng) & 1) ? -1.5e38f : 1.7e38f;
 		/* halves of 0 .. 3: groups whose quotients land exactly on
 		 * the half-integers where the code rounds to even */
 		if (key && d == 21)
-			x = (float)(gpu_rng_next(&rng) % 7) * 0.5f;
+			x = (float)(kvs_rng_next(&rng) % 7) * 0.5f;
 		if (!key && tok % 23 == 4)
-			x = (float)(gpu_rng_next(&rng) % 7) * 0.5f;
+			x = (float)(kvs_rng_next(&rng) % 7) * 0.5f;
 		kvs_dtype_store(c->in, buf, i, kvs_round_to(c->in, x));
 	}
 	return buf;
@@ -289,7 +289,7 @@ static void check_refused(const struct seal_case *c, float bad, int key,
 	size_t per_block = (size_t)s->span * s->kv_heads * s->head_dim;
 	struct kvs_layout lay;
 	uint8_t *k = make_input(c, 1), *v = make_input(c, 0);
-	size_t at = gpu_below(&rng, (uint32_t)(c->blocks * per_block));
+	size_t at = kvs_rng_below(&rng, (uint32_t)(c->blocks * per_block));
 	uint8_t *host, *cpu;
 	void *bk, *bv;
 
