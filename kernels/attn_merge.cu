@@ -69,8 +69,8 @@ static __device__ __forceinline__ void ld_vec(const float *src, float x[N])
  * attn_kernel: it may start while the last attention CTAs run and waits
  * for their results at griddepcontrol.wait, having first run its code dry
  * (no global loads or stores) so that the merge proper does not wait for
- * instruction fetches (0.2-0.4 us at batch 1 on an H200, where the stores
- * alone took ~0.5 us while the dry pass left them out).
+ * instruction fetches (0.2-0.4 us at batch 1 on an H200; the stores run
+ * dry too, predicated off: left out of the dry pass they took ~0.5 us).
  *
  * Everything a CTA needs is asked for in one round trip: each lane loads
  * the (m, l) pairs of splits lane, lane + 32, ... (every warp all of
