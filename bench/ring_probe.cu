@@ -33,7 +33,7 @@
  *          -o /tmp/ring_probe bench/ring_probe.cu
  *     /tmp/ring_probe [tiles a CTA, a multiple of 4]
  */
-#include "attn_tile.cuh"
+#include "tile_probe.cuh"
 
 #include <algorithm>
 #include <cstdio>
@@ -123,7 +123,7 @@ k_ring(const attn_params p, int tiles, const float *q, float *sink)
 	extern __shared__ __align__(128) uint8_t smem[];
 	__shared__ uint64_t bars[4];    /* full[2], empty[2] (bulk) */
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	const int tid = threadIdx.x, ti = lane & 3;
+	const int tid = threadIdx.x;
 	const int npages = tiles / WARPS, mine = npages;
 	uint8_t *wsm = smem + warp * WARP_SMEM;
 	uint8_t *scratch = wsm + STAGES * TILE_BYTES;
@@ -144,27 +144,10 @@ k_ring(const attn_params p, int tiles, const float *q, float *sink)
 		asm volatile("fence.mbarrier_init.release.cluster;\n" :::
 			     "memory");
 	}
-	/* lane (h, w) holds channels 16w .. 16w+15 of head h (fast_cta) */
 	key_query kq;
-	{
-		const int h = lane >> 3, w = lane & 7;
-		float mx = 0.0f;
-
-		for (int i = 0; i < 16; i++) {
-			kq.q[i] = q[h * FAST_D + 16 * w + i];
-			mx = fmaxf(mx, fabsf(kq.q[i]));
-		}
-		kq_split<true, true>(kq, mx, [&]() { return qrow; }, ti);
-	}
 	fast_state st;
 
-	for (int nt = 0; nt < 8; nt++)
-		for (int e = 0; e < 4; e++)
-			st.acc[nt][e] = 0.0f;
-	for (int g = 0; g < 4; g++)
-		st.so[g] = 0.0f;
-	st.m = -INFINITY;
-	st.l = 0.0f;
+	probe_start(q, qrow, lane, kq, st);
 	__syncthreads();
 	const uint8_t *pool = p.pool;
 	if (V == BULK && tid == 0)
@@ -219,14 +202,7 @@ k_ring(const attn_params p, int tiles, const float *q, float *sink)
 		stage[STAGES - 1] = done;
 	}
 	cp_wait<0>();
-	float x = st.l + st.m;
-
-	for (int nt = 0; nt < 8; nt++)
-		for (int e = 0; e < 4; e++)
-			x += st.acc[nt][e];
-	for (int g = 0; g < 4; g++)
-		x += st.so[g];
-	sink[blockIdx.x * blockDim.x + threadIdx.x] = x;
+	sink[blockIdx.x * blockDim.x + threadIdx.x] = probe_sum(st);
 }
 
 /* An fp16 value's bits. */

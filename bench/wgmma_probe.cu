@@ -41,7 +41,7 @@
 #define KVS_ATTN_PARTS 0
 #endif
 #include "attn_probe.cuh"
-#include "attn_tile.cuh"
+#include "tile_probe.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -85,7 +85,6 @@ k_fast(const uint8_t *tiles, const float *q, int iters, float *sink)
 {
 	extern __shared__ __align__(128) uint8_t sm[];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	const int ti = lane & 3;
 	uint8_t *wsm = sm + TILES_SMEM + warp * FW_SMEM;
 	uint8_t *scratch = wsm;
 	float *p_s = reinterpret_cast<float *>(wsm + SCRATCH_BYTES);
@@ -94,39 +93,15 @@ k_fast(const uint8_t *tiles, const float *q, int iters, float *sink)
 		      (warp * 32 + lane) * 4;
 
 	load_tiles(sm, tiles);
-	/* as fast_cta: lane (h, w) holds channels 16w .. 16w+15 of head h */
 	key_query kq;
-	{
-		const int h = lane >> 3, w = lane & 7;
-		float mx = 0.0f;
-
-		for (int i = 0; i < 16; i++) {
-			kq.q[i] = q[h * FAST_D + 16 * w + i];
-			mx = fmaxf(mx, fabsf(kq.q[i]));
-		}
-		kq_split<true, true>(kq, mx, [&]() { return qrow; }, ti);
-	}
 	fast_state st;
 
-	for (int nt = 0; nt < 8; nt++)
-		for (int e = 0; e < 4; e++)
-			st.acc[nt][e] = 0.0f;
-	for (int g = 0; g < 4; g++)
-		st.so[g] = 0.0f;
-	st.m = -INFINITY;
-	st.l = 0.0f;
+	probe_start(q, qrow, lane, kq, st);
 	__syncwarp();
 	for (int it = 0; it < iters; it++)
 		fast_tile<true, true>(sm + ((warp + WARPS * it) % NT) *
 				      TILE_BYTES, kq, scratch, p_s, st, lane);
-	float x = st.l + st.m;
-
-	for (int nt = 0; nt < 8; nt++)
-		for (int e = 0; e < 4; e++)
-			x += st.acc[nt][e];
-	for (int g = 0; g < 4; g++)
-		x += st.so[g];
-	sink[blockIdx.x * blockDim.x + threadIdx.x] = x;
+	sink[blockIdx.x * blockDim.x + threadIdx.x] = probe_sum(st);
 }
 
 /* ---- the same with warpgroup MMAs --------------------------------- */
