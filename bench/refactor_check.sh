@@ -60,16 +60,19 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw \
 stamp "build"
 new_lib=build-gpu/kernels/libkvstash_cuda.so
 old_lib=$old/build-ref/kernels/libkvstash_cuda.so
+# a build directory left by an earlier call is configured again
+again() { [ -d "$1/meson-private" ] && echo --reconfigure; }
 (
-	meson setup build-gpu -Dcuda=enabled -Dwerror=true -Dfuzz=disabled \
-		>"$out/setup_new.log" 2>&1 &&
+	meson setup $(again build-gpu) build-gpu -Dcuda=enabled \
+		-Dwerror=true -Dfuzz=disabled >"$out/setup_new.log" 2>&1 &&
 		ninja -C build-gpu >"$out/build_new.log" 2>&1
 ) &
 new_pid=$!
 (
 	cd "$old" &&
-		meson setup build-ref -Dcuda=enabled -Dtests=disabled \
-			-Dfuzz=disabled >"$out/setup_old.log" 2>&1 &&
+		meson setup $(again build-ref) build-ref -Dcuda=enabled \
+			-Dtests=disabled -Dfuzz=disabled \
+			>"$out/setup_old.log" 2>&1 &&
 		ninja -C build-ref kernels/libkvstash_cuda.so \
 			>"$out/build_old.log" 2>&1
 ) &
@@ -87,6 +90,8 @@ fi
 
 # 2. the kernels of both libraries, function by function
 stamp "kernels compared"
+command -v cuobjdump >/dev/null ||
+	echo "refactor_check: no cuobjdump on PATH, kernels not compared" >&2
 for side in old new; do
 	lib=$new_lib
 	[ $side = old ] && lib=$old_lib

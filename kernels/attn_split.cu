@@ -73,6 +73,7 @@ attn_kernel(const attn_params p)
 
 typedef void (*attn_fn)(const attn_params);
 
+/* The build for (@fast_ok, @occ3, @sub): attn_split_kernel()'s answer. */
 static attn_fn pick_kernel(int fast_ok, int occ3, int sub)
 {
 	static const attn_fn fast[2][2] = {
