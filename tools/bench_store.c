@@ -133,8 +133,7 @@ static int open_at(const char *dir, const char *sub, uint64_t dram,
 	o.write_through = nvme > 0;
 	err = kvs_store_open(path, &o, s);
 	if (err)
-		kvs_cli_error("bench store", "open %s: %s", path,
-			      kvs_strerror(err));
+		kvs_cli_fail("bench store", err, path);
 	return err;
 }
 
@@ -153,8 +152,7 @@ static int put_batches(struct kvs_store *s, const struct gen *g,
 
 		t += now_s() - t0;
 		if (err) {
-			kvs_cli_error("bench store", "put: %s",
-				      kvs_strerror(err));
+			kvs_cli_fail("bench store", err, "put");
 			return err;
 		}
 	}
@@ -196,8 +194,7 @@ static int get_batches(struct kvs_store *s, const struct gen *g,
 			kvs_store_ref_release(refs[i]);
 		t += now_s() - t0;
 		if (err) {
-			kvs_cli_error("bench store", "get: %s",
-				      kvs_strerror(err));
+			kvs_cli_fail("bench store", err, "get");
 			return err;
 		}
 	}
@@ -392,7 +389,7 @@ int kvs_bench_store(int argc, char **argv)
 	rc = kvs_cli_parse("bench store", argc, argv, opts,
 			   sizeof(opts) / sizeof(opts[0]), NULL, 0, NULL);
 	if (rc)
-		return kvs_cli_usage(bench_usage, rc);
+		return kvs_cli_usage("bench store", bench_usage, rc);
 	if (gen_init(&g)) {
 		kvs_cli_error("bench store", "cannot make the test block");
 		return KVS_EXIT_FAIL;

@@ -78,10 +78,10 @@ def main():
             with open(got, "rb") as a, open(blocks[i], "rb") as b:
                 check(a.read() == b.read(), "block %d differs" % i)
 
-        # misses and bad ids: exit 2, one line
+        # a miss: exit 3, one line; a bad id: exit 2
         rc, _, err = run(kvstash, "store", "get", "--dir", st,
                          "0" * 64 + ":0", "--out", os.path.join(tmp, "x"))
-        check(rc == 2 and err.count("\n") == 1, "miss: %d %r" % (rc, err))
+        check(rc == 3 and err.count("\n") == 1, "miss: %d %r" % (rc, err))
         rc, _, _ = run(kvstash, "store", "get", "--dir", st, "zz",
                        "--out", os.path.join(tmp, "x"))
         check(rc == 2, "bad id exit %d" % rc)
@@ -128,7 +128,7 @@ def main():
             fh.write(bytes([b[0] ^ 0x01]))
         rc, _, _ = run(kvstash, "store", "get", "--dir", st, ids[1],
                        "--out", os.path.join(tmp, "x"))
-        check(rc == 2, "damaged block served (exit %d)" % rc)
+        check(rc == 3, "damaged block served (exit %d)" % rc)
         run(kvstash, "store", "get", "--dir", st, ids[2], "--out",
             os.path.join(tmp, "x"), expect=0)
         rc, out, _ = run(kvstash, "store", "fsck", "--dir", st, "--json")
