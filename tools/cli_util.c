@@ -136,17 +136,26 @@ int kvs_cli_end(int rc)
 	return rc;
 }
 
-void kvs_cli_error(const char *cmd, const char *fmt, ...)
+static void report_error(const char *cmd, const char *fmt, va_list ap)
+	__attribute__((format(printf, 2, 0)));
+
+static void report_error(const char *cmd, const char *fmt, va_list ap)
 {
 	char line[CLI_LINE_MAX];
-	va_list ap;
 
-	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
 	put_line(cmd, "", line);
 	take_lib_error(line, sizeof(line)); /* this line reports it */
 	cli.reported = true;
+}
+
+void kvs_cli_error(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	report_error(cmd, fmt, ap);
+	va_end(ap);
 }
 
 int kvs_cli_fail(const char *cmd, int err, const char *what)
@@ -174,13 +183,11 @@ static void print_hint(const char *cmd)
 
 int kvs_cli_usage_error(const char *cmd, const char *fmt, ...)
 {
-	char line[CLI_LINE_MAX];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
+	report_error(cmd, fmt, ap);
 	va_end(ap);
-	kvs_cli_error(cmd, "%s", line);
 	print_hint(cmd);
 	return KVS_EXIT_USAGE;
 }
@@ -615,14 +622,16 @@ static int write_all(int fd, const uint8_t *buf, size_t len)
 	return 0;
 }
 
-/* open(2) for writing; the descriptor or -errno after printing why. */
-static int open_for_write(const char *cmd, const char *path, int flags)
+/* open(2) of @path for writing; the descriptor or -errno after printing
+ * why, about @shown (the name the user gave). */
+static int open_for_write(const char *cmd, const char *path, const char *shown,
+			  int flags)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0644);
 
 	if (fd < 0) {
 		fd = -errno;
-		kvs_cli_error(cmd, "%s: %s", path, strerror(-fd));
+		kvs_cli_error(cmd, "%s: %s", shown, strerror(-fd));
 	}
 	return fd;
 }
@@ -632,13 +641,14 @@ static int write_in_place(const char *cmd, const char *path, const void *buf,
 {
 	int fd, rc;
 
-	fd = open_for_write(cmd, path, O_TRUNC);
+	fd = open_for_write(cmd, path, path, O_TRUNC);
 	if (fd < 0)
 		return fd;
 	rc = write_all(fd, buf, len);
+	if (close(fd) != 0 && rc == 0)
+		rc = -errno;
 	if (rc != 0)
 		kvs_cli_error(cmd, "%s: write: %s", path, strerror(-rc));
-	close(fd);
 	return rc;
 }
 
@@ -655,7 +665,7 @@ int kvs_cli_write_file(const char *cmd, const char *path, const void *buf,
 		kvs_cli_error(cmd, "%s: out of memory", path);
 		return -ENOMEM;
 	}
-	fd = open_for_write(cmd, tmp, O_EXCL);
+	fd = open_for_write(cmd, tmp, path, O_EXCL);
 	if (fd < 0) {
 		rc = fd;
 		goto free_tmp;
