@@ -69,7 +69,8 @@ static void log_sink(enum kvs_log_level level, const char *line, void *arg)
 	(void)arg;
 	line = strip_module_tag(line);
 	if (level != KVS_LOG_ERR) {
-		put_line(cli.name, tags[level], line);
+		put_line(cli.name[0] != '\0' ? cli.name : NULL, tags[level],
+			 line);
 		return;
 	}
 	/* Keep the first: the function that first detects an error logs

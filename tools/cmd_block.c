@@ -404,14 +404,14 @@ static int open_block(const char *cmd, const char *path, uint8_t **buf,
 static int check_unpack_paths(const char *block, const char *keys,
 			      const char *values)
 {
-	const char *clash = kvs_cli_same_file(keys, values)    ? "--keys and "
-								 "--values"
-			    : kvs_cli_same_file(block, keys)   ? "--keys and "
-								 "BLOCK"
-			    : kvs_cli_same_file(block, values) ? "--values and "
-								 "BLOCK"
-							       : NULL;
+	const char *clash = NULL;
 
+	if (kvs_cli_same_file(keys, values))
+		clash = "--keys and --values";
+	else if (kvs_cli_same_file(block, keys))
+		clash = "--keys and BLOCK";
+	else if (kvs_cli_same_file(block, values))
+		clash = "--values and BLOCK";
 	if (clash == NULL)
 		return 0;
 	kvs_cli_error("block unpack", "%s name the same file", clash);
