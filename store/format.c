@@ -1,38 +1,55 @@
 /*
- * format.c - the store's on-disk encodings, little-endian, each with its own
- * checksum (xxh3-64) and validated magic -> version -> checksum -> bounds.
+ * format.c - the store's on-disk encodings, little-endian, each with its
+ * own checksum (xxh3-64).  Pure functions of bytes (no I/O): the fuzz
+ * target fuzz/fuzz_store.c runs every decoder here.
  *
- * superblock (file KVSTASH, 64 bytes)
- *   0 magic "KVSSTORE"  8 u32 version  12 u32 flags  16..55 zero
- *   56 u64 xxh3 of bytes 0..55
+ * Decoders check magic, then the checksum, then the version, then bounds:
+ * a version is believed only once the checksum vouches for it, so a
+ * flipped bit reads as damage (that structure's alone), never as "written
+ * by a newer kvstash" (which refuses the whole store).
+ *
+ * superblock (file KVSTASH: two copies, at 0 and at 4096; 64 bytes each)
+ *   0 magic "KVSSTORE"  8 u32 store format version  12 u32 flags
+ *   16..55 zero  56 u64 xxh3 of bytes 0..55
  * segment header (first 4096 bytes of seg-<id>.kvs)
- *   0 magic "KVSSEG01"  8 u32 version  12 u32 flags  16 u64 segment id
+ *   0 magic "KVSSEG01"  8 u32 layout version  12 u32 flags  16 u64 id
  *   24 u64 xxh3 of bytes 0..23, rest zero
  * record header (128 bytes, at a 4096-aligned offset, object follows)
- *   0 u32 magic "KVSR"  4 u16 version  6 u16 flags  8 u64 sequence
+ *   0 u32 magic "KVSR"  4 u16 layout version  6 u16 flags  8 u64 sequence
  *   16 u32 object length  20 u32 layer  24 u64 xxh3 of the object
  *   32 span id [32]  64..119 zero  120 u64 xxh3 of bytes 0..119
+ * segment footer (one 4096-byte page at the log end of a sealed segment)
+ *   0 magic "KVSFOOT1"  8 u32 layout version  12 u32 flags  16 u64 id
+ *   24 u64 log end (this page's offset)  32 u32 records  36 u32 zero
+ *   40..55 zero  56 u64 xxh3 of bytes 0..55, rest zero
+ * manifest (file MANIFEST)
+ *   0 magic "KVSMANIF"  8 u32 version  12 u32 flags (1: head closed clean)
+ *   16 u64 generation  24 u64 next segment id  32 u64 head id (or ~0)
+ *   40 u64 head log end  48 u32 head records  52 u32 runs  56 u32 bare
+ *   runs  60 u32 zero  64 runs x { u64 first, u64 end } (the segments),
+ *   bare runs x { u64 first, u64 end } (those without a footer, rightly),
+ *   then u64 xxh3 of everything before it
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
 #include "common/bytes.h"
-#include "kvstash/log.h"
 #include "store_internal.h"
 
 #define SB_MAGIC 0x45524f5453535653ull /* "KVSSTORE" */
 #define SEG_MAGIC 0x313047455353564bull /* "KVSSEG01" */
+#define FOOT_MAGIC 0x31544f4f4653564bull /* "KVSFOOT1" */
+#define MANI_MAGIC 0x46494e414d53564bull /* "KVSMANIF" */
 #define REC_MAGIC 0x5253564bu /* "KVSR" */
-#define SB_SIZE 64
 
 _Static_assert(REC_HEADER_SIZE == 128, "record header is 128 bytes");
 _Static_assert(SEG_HEADER_SIZE % KVS_STORE_ALIGN == 0, "aligned segment");
+_Static_assert(SB_SIZE == 64 && SB_COPY_OFF >= SB_SIZE, "superblock copies");
+_Static_assert(MANIFEST_HEADER == 64 && MANIFEST_RUN == 16, "manifest");
 
 uint64_t payload_checksum(const uint8_t *obj, size_t len)
 {
@@ -56,11 +73,13 @@ uint64_t payload_copy_checksum(uint8_t *dst, const uint8_t *src, size_t len)
 	return XXH3_64bits_digest(&st);
 }
 
+/* ---- record header --------------------------------------------------- */
+
 void rec_header_encode(const struct rec_header *h, uint8_t *buf)
 {
 	memset(buf, 0, REC_HEADER_SIZE);
 	kvs_put32(buf, REC_MAGIC);
-	kvs_put16(buf + 4, KVS_STORE_FORMAT_VERSION);
+	kvs_put16(buf + 4, SEG_LAYOUT_VERSION);
 	kvs_put16(buf + 6, h->flags);
 	kvs_put64(buf + 8, h->seq);
 	kvs_put32(buf + 16, h->length);
@@ -76,11 +95,11 @@ int rec_header_decode(const uint8_t *buf, struct rec_header *out)
 
 	if (kvs_get32(buf) != REC_MAGIC)
 		return -KVS_EMAGIC;
-	h.version = kvs_get16(buf + 4);
-	if (h.version != KVS_STORE_FORMAT_VERSION)
-		return -KVS_EVERSION;
 	if (kvs_get64(buf + 120) != XXH3_64bits(buf, 120))
 		return -KVS_EHDRSUM;
+	h.version = kvs_get16(buf + 4);
+	if (h.version != SEG_LAYOUT_VERSION)
+		return -KVS_EVERSION;
 	h.flags = kvs_get16(buf + 6);
 	h.seq = kvs_get64(buf + 8);
 	h.length = kvs_get32(buf + 16);
@@ -89,28 +108,12 @@ int rec_header_decode(const uint8_t *buf, struct rec_header *out)
 	memcpy(h.key.span_id, buf + 32, KVS_ID_SIZE);
 	if (h.length < KVS_HEADER_SIZE || h.length > STORE_MAX_OBJECT)
 		return -KVS_EBOUNDS;
+	/* sequence numbers start at 1 and cannot reach 2^63 honestly (a
+	 * billion puts a second for 292 years): beyond is damage or a
+	 * forgery, which would otherwise wrap the store's next number */
+	if (h.seq == 0 || h.seq > REC_SEQ_MAX)
+		return -KVS_EBOUNDS;
 	*out = h;
-	return 0;
-}
-
-void seg_header_encode(uint64_t id, uint8_t *buf)
-{
-	memset(buf, 0, SEG_HEADER_SIZE);
-	kvs_put64(buf, SEG_MAGIC);
-	kvs_put32(buf + 8, KVS_STORE_FORMAT_VERSION);
-	kvs_put64(buf + 16, id);
-	kvs_put64(buf + 24, XXH3_64bits(buf, 24));
-}
-
-int seg_header_decode(const uint8_t *buf, uint64_t *id)
-{
-	if (kvs_get64(buf) != SEG_MAGIC)
-		return -KVS_EMAGIC;
-	if (kvs_get32(buf + 8) != KVS_STORE_FORMAT_VERSION)
-		return -KVS_EVERSION;
-	if (kvs_get64(buf + 24) != XXH3_64bits(buf, 24))
-		return -KVS_EHDRSUM;
-	*id = kvs_get64(buf + 16);
 	return 0;
 }
 
@@ -124,7 +127,7 @@ const char *rec_check_name(int err)
 	case -KVS_EHDRSUM:
 		return "record header checksum";
 	case -KVS_EBOUNDS:
-		return "record length";
+		return "record bounds";
 	default:
 		return "record";
 	}
@@ -180,199 +183,249 @@ bad:
 	return err;
 }
 
-int dir_fsync(const struct kvs_store_io_ops *io, const char *dir)
-{
-	int fd, err;
+/* ---- segment header and footer --------------------------------------- */
 
-	fd = io->open(io->ctx, dir, O_RDONLY | O_DIRECTORY, 0);
-	if (fd < 0) {
-		kvs_log(KVS_LOG_ERR, "store: open %s: %s", dir, strerror(-fd));
-		return fd;
-	}
-	err = io->fsync(io->ctx, fd);
-	if (err)
-		kvs_log(KVS_LOG_ERR, "store: fsync %s: %s", dir,
-			strerror(-err));
-	io->close(io->ctx, fd);
-	return err;
+void seg_header_encode(uint64_t id, uint8_t *buf)
+{
+	memset(buf, 0, SEG_HEADER_SIZE);
+	kvs_put64(buf, SEG_MAGIC);
+	kvs_put32(buf + 8, SEG_LAYOUT_VERSION);
+	kvs_put64(buf + 16, id);
+	kvs_put64(buf + 24, XXH3_64bits(buf, 24));
 }
 
-static int superblock_create(const struct kvs_store_io_ops *io, const char *dir,
-			     const char *path)
+int seg_header_decode(const uint8_t *buf, uint64_t *id)
 {
-	uint8_t sb[SB_SIZE] = { 0 };
-	char tmp[4200];
-	ssize_t n;
-	int fd, err;
-
-	kvs_put64(sb, SB_MAGIC);
-	kvs_put32(sb + 8, KVS_STORE_FORMAT_VERSION);
-	kvs_put64(sb + 56, XXH3_64bits(sb, 56));
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	fd = io->open(io->ctx, tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (fd < 0) {
-		err = fd;
-		goto fail;
-	}
-	n = io->pwrite(io->ctx, fd, sb, sizeof(sb), 0);
-	err = n < 0 ? (int)n : n != sizeof(sb) ? -EIO : 0;
-	if (!err)
-		err = io->fsync(io->ctx, fd);
-	io->close(io->ctx, fd);
-	if (err)
-		goto unlink_tmp;
-	err = io->rename(io->ctx, tmp, path);
-	if (err)
-		goto unlink_tmp;
-	return dir_fsync(io, dir);
-unlink_tmp:
-	io->unlink(io->ctx, tmp);
-fail:
-	kvs_log(KVS_LOG_ERR, "store: cannot create %s: %s", path,
-		kvs_strerror(err));
-	return err;
-}
-
-int superblock_check(const struct kvs_store_io_ops *io, const char *dir,
-		     bool create)
-{
-	uint8_t sb[SB_SIZE];
-	char path[4096];
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof(path), "%s/%s", dir, SUPERBLOCK_NAME);
-	fd = io->open(io->ctx, path, O_RDONLY, 0);
-	if (fd == -ENOENT && create)
-		return superblock_create(io, dir, path);
-	if (fd < 0) {
-		kvs_log(KVS_LOG_ERR, "store: %s: %s", path,
-			fd == -ENOENT ? "no store here" : strerror(-fd));
-		return fd;
-	}
-	n = io->pread(io->ctx, fd, sb, sizeof(sb), 0);
-	io->close(io->ctx, fd);
-	if (n != sizeof(sb) || kvs_get64(sb) != SB_MAGIC) {
-		kvs_log(KVS_LOG_ERR, "store: %s is not a kvstash store", dir);
+	if (kvs_get64(buf) != SEG_MAGIC)
 		return -KVS_EMAGIC;
-	}
-	if (kvs_get32(sb + 8) > KVS_STORE_FORMAT_VERSION) {
-		kvs_log(KVS_LOG_ERR,
-			"store: %s was written by a newer kvstash (store "
-			"format %u, this one reads up to %u); refusing to open "
-			"it",
-			dir, kvs_get32(sb + 8), KVS_STORE_FORMAT_VERSION);
-		return -KVS_EVERSION;
-	}
-	if (kvs_get32(sb + 8) != KVS_STORE_FORMAT_VERSION ||
-	    kvs_get64(sb + 56) != XXH3_64bits(sb, 56)) {
-		kvs_log(KVS_LOG_ERR, "store: %s: superblock corrupt", dir);
+	if (kvs_get64(buf + 24) != XXH3_64bits(buf, 24))
 		return -KVS_EHDRSUM;
+	if (kvs_get32(buf + 8) != SEG_LAYOUT_VERSION)
+		return -KVS_EVERSION;
+	*id = kvs_get64(buf + 16);
+	return 0;
+}
+
+void seg_footer_encode(const struct seg_footer *f, uint8_t *page)
+{
+	memset(page, 0, KVS_STORE_ALIGN);
+	kvs_put64(page, FOOT_MAGIC);
+	kvs_put32(page + 8, SEG_LAYOUT_VERSION);
+	kvs_put64(page + 16, f->id);
+	kvs_put64(page + 24, f->end);
+	kvs_put32(page + 32, f->records);
+	kvs_put64(page + 56, XXH3_64bits(page, 56));
+}
+
+int seg_footer_decode(const uint8_t *page, struct seg_footer *out)
+{
+	struct seg_footer f;
+
+	if (kvs_get64(page) != FOOT_MAGIC)
+		return -KVS_EMAGIC;
+	if (kvs_get64(page + 56) != XXH3_64bits(page, 56))
+		return -KVS_EHDRSUM;
+	if (kvs_get32(page + 8) != SEG_LAYOUT_VERSION)
+		return -KVS_EVERSION;
+	f.id = kvs_get64(page + 16);
+	f.end = kvs_get64(page + 24);
+	f.records = kvs_get32(page + 32);
+	if (f.end < SEG_HEADER_SIZE || f.end % KVS_STORE_ALIGN ||
+	    f.end > KVS_STORE_SEGMENT_MAX)
+		return -KVS_EBOUNDS;
+	*out = f;
+	return 0;
+}
+
+/* ---- superblock ------------------------------------------------------ */
+
+void sb_encode(uint8_t *buf)
+{
+	memset(buf, 0, SB_SIZE);
+	kvs_put64(buf, SB_MAGIC);
+	kvs_put32(buf + 8, KVS_STORE_FORMAT_VERSION);
+	kvs_put64(buf + 56, XXH3_64bits(buf, 56));
+}
+
+int sb_decode(const uint8_t *buf, uint32_t *version)
+{
+	uint32_t v;
+
+	if (kvs_get64(buf) != SB_MAGIC)
+		return -KVS_EMAGIC;
+	if (kvs_get64(buf + 56) != XXH3_64bits(buf, 56))
+		return -KVS_EHDRSUM;
+	v = kvs_get32(buf + 8);
+	if (v == 0 || v > KVS_STORE_FORMAT_VERSION)
+		return -KVS_EVERSION;
+	*version = v;
+	return 0;
+}
+
+/* ---- manifest -------------------------------------------------------- */
+
+size_t manifest_encoded_size(uint32_t nruns, uint32_t nbare)
+{
+	return MANIFEST_HEADER + ((size_t)nruns + nbare) * MANIFEST_RUN + 8;
+}
+
+static void put_runs(uint8_t *p, const struct id_run *runs, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		kvs_put64(p + i * MANIFEST_RUN, runs[i].first);
+		kvs_put64(p + i * MANIFEST_RUN + 8, runs[i].end);
+	}
+}
+
+void manifest_encode(const struct manifest *m, uint8_t *buf)
+{
+	size_t len = manifest_encoded_size(m->nruns, m->nbare);
+
+	memset(buf, 0, len);
+	kvs_put64(buf, MANI_MAGIC);
+	kvs_put32(buf + 8, MANIFEST_VERSION);
+	kvs_put32(buf + 12, m->flags);
+	kvs_put64(buf + 16, m->generation);
+	kvs_put64(buf + 24, m->next_id);
+	kvs_put64(buf + 32, m->head_id);
+	kvs_put64(buf + 40, m->head_length);
+	kvs_put32(buf + 48, m->head_records);
+	kvs_put32(buf + 52, m->nruns);
+	kvs_put32(buf + 56, m->nbare);
+	put_runs(buf + MANIFEST_HEADER, m->runs, m->nruns);
+	put_runs(buf + MANIFEST_HEADER + m->nruns * MANIFEST_RUN, m->bare,
+		 m->nbare);
+	kvs_put64(buf + len - 8, XXH3_64bits(buf, len - 8));
+}
+
+/* Runs sorted, disjoint, non-empty, below @next_id. */
+static int get_runs(const uint8_t *p, uint32_t n, uint64_t next_id,
+		    struct id_run *out)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		out[i].first = kvs_get64(p + i * MANIFEST_RUN);
+		out[i].end = kvs_get64(p + i * MANIFEST_RUN + 8);
+		if (out[i].first >= out[i].end || out[i].end > next_id ||
+		    (i > 0 && out[i].first <= out[i - 1].end))
+			return -KVS_EBOUNDS;
 	}
 	return 0;
 }
+
+int manifest_decode(const uint8_t *buf, size_t len, struct manifest *out)
+{
+	struct manifest m;
+	int err;
+
+	if (len < manifest_encoded_size(0, 0) || kvs_get64(buf) != MANI_MAGIC)
+		return -KVS_EMAGIC;
+	if (kvs_get64(buf + len - 8) != XXH3_64bits(buf, len - 8))
+		return -KVS_EHDRSUM;
+	if (kvs_get32(buf + 8) != MANIFEST_VERSION)
+		return -KVS_EVERSION;
+	memset(&m, 0, sizeof(m));
+	m.flags = kvs_get32(buf + 12);
+	m.generation = kvs_get64(buf + 16);
+	m.next_id = kvs_get64(buf + 24);
+	m.head_id = kvs_get64(buf + 32);
+	m.head_length = kvs_get64(buf + 40);
+	m.head_records = kvs_get32(buf + 48);
+	m.nruns = kvs_get32(buf + 52);
+	m.nbare = kvs_get32(buf + 56);
+	if (m.nruns > MANIFEST_MAX_RUNS || m.nbare > MANIFEST_MAX_RUNS ||
+	    len != manifest_encoded_size(m.nruns, m.nbare) ||
+	    (m.head_id != MANIFEST_NO_HEAD && m.head_id >= m.next_id))
+		return -KVS_EBOUNDS;
+	m.runs = malloc(((size_t)m.nruns + m.nbare + 1) * sizeof(*m.runs));
+	if (!m.runs)
+		return -ENOMEM;
+	m.bare = m.runs + m.nruns;
+	err = get_runs(buf + MANIFEST_HEADER, m.nruns, m.next_id, m.runs);
+	if (!err)
+		err = get_runs(buf + MANIFEST_HEADER + m.nruns * MANIFEST_RUN,
+			       m.nbare, m.next_id, m.bare);
+	if (err) {
+		free(m.runs);
+		return err;
+	}
+	*out = m;
+	return 0;
+}
+
+static bool runs_have(const struct id_run *runs, uint32_t n, uint64_t id)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (id >= runs[i].first && id < runs[i].end)
+			return true;
+	return false;
+}
+
+bool manifest_has(const struct manifest *m, uint64_t id)
+{
+	return runs_have(m->runs, m->nruns, id);
+}
+
+bool manifest_wants_footer(const struct manifest *m, uint64_t id)
+{
+	return manifest_has(m, id) && !runs_have(m->bare, m->nbare, id);
+}
+
+void id_runs_add(struct id_run *runs, uint32_t *n, uint64_t id)
+{
+	if (*n && runs[*n - 1].end == id) {
+		runs[*n - 1].end = id + 1;
+		return;
+	}
+	runs[*n].first = id;
+	runs[*n].end = id + 1;
+	(*n)++;
+}
+
+bool store_magic(const uint8_t *p)
+{
+	uint64_t m = kvs_get64(p);
+
+	return m == SB_MAGIC || m == SEG_MAGIC || m == MANI_MAGIC;
+}
+
+/* ---- names ----------------------------------------------------------- */
 
 void seg_name(uint64_t id, char out[32])
 {
 	snprintf(out, 32, "seg-%016llx.kvs", (unsigned long long)id);
 }
 
-int seg_name_parse(const char *name, uint64_t *id)
+/* Exactly the names seg_name() writes: "seg-", 16 lower-case hex digits,
+ * ".kvs" (and @suffix after it), so that no two names map to one id. */
+static int parse_name(const char *name, const char *suffix, uint64_t *id)
 {
-	unsigned long long v;
-	char tail[8];
+	size_t slen = strlen(suffix);
+	uint64_t v = 0;
 
-	if (strlen(name) != 24 || strncmp(name, "seg-", 4) != 0)
+	if (strlen(name) != 24 + slen || strncmp(name, "seg-", 4) != 0 ||
+	    strncmp(name + 20, ".kvs", 4) != 0 ||
+	    strcmp(name + 24, suffix) != 0)
 		return -EINVAL;
-	if (sscanf(name + 4, "%16llx%7s", &v, tail) != 2 ||
-	    strcmp(tail, ".kvs") != 0)
-		return -EINVAL;
+	for (int i = 4; i < 20; i++) {
+		char c = name[i];
+
+		if (c >= '0' && c <= '9')
+			v = v << 4 | (uint64_t)(c - '0');
+		else if (c >= 'a' && c <= 'f')
+			v = v << 4 | (uint64_t)(c - 'a' + 10);
+		else
+			return -EINVAL;
+	}
 	*id = v;
 	return 0;
 }
 
-static int cmp_u64(const void *a, const void *b)
+int seg_name_parse(const char *name, uint64_t *id)
 {
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
+	return parse_name(name, "", id);
 }
 
-struct id_list {
-	uint64_t *v;
-	size_t n, cap;
-};
-
-static int collect_id(void *arg, const char *name)
+int seg_tmp_name_parse(const char *name, uint64_t *id)
 {
-	struct id_list *l = arg;
-	uint64_t id, *grown;
-
-	if (seg_name_parse(name, &id))
-		return 0;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? l->cap * 2 : 64;
-
-		grown = realloc(l->v, cap * sizeof(*grown));
-		if (!grown)
-			return -ENOMEM;
-		l->v = grown;
-		l->cap = cap;
-	}
-	l->v[l->n++] = id;
-	return 0;
-}
-
-int seg_list(const struct kvs_store_io_ops *io, const char *dir, uint64_t **ids,
-	     size_t *n)
-{
-	struct id_list l = { 0 };
-	int err = io->list(io->ctx, dir, collect_id, &l);
-
-	if (err) {
-		kvs_log(KVS_LOG_ERR, "store: listing segments in %s: %s", dir,
-			kvs_strerror(err));
-		free(l.v);
-		return err;
-	}
-	if (l.n)
-		qsort(l.v, l.n, sizeof(*l.v), cmp_u64);
-	*ids = l.v;
-	*n = l.n;
-	return 0;
-}
-
-int store_lock(const struct kvs_store_io_ops *io, const char *dir, bool create,
-	       int *fd_out)
-{
-	char path[4096];
-	int fd, err;
-
-	if (create) {
-		err = io->mkdir(io->ctx, dir, 0755);
-		if (err && err != -EEXIST) {
-			kvs_log(KVS_LOG_ERR, "store: mkdir %s: %s", dir,
-				kvs_strerror(err));
-			return err;
-		}
-	}
-	snprintf(path, sizeof(path), "%s/%s", dir, LOCK_NAME);
-	fd = io->open(io->ctx, path, O_RDWR | O_CREAT, 0644);
-	if (fd < 0) {
-		if (fd == -ENOENT)
-			kvs_log(KVS_LOG_ERR, "store: no store at %s", dir);
-		else
-			kvs_log(KVS_LOG_ERR, "store: %s: %s", path,
-				kvs_strerror(fd));
-		return fd;
-	}
-	err = io->lock(io->ctx, fd);
-	if (err) {
-		kvs_log(KVS_LOG_ERR, "store: lock %s: %s", path,
-			kvs_strerror(err));
-		io->close(io->ctx, fd);
-		return err;
-	}
-	*fd_out = fd;
-	return 0;
+	return parse_name(name, ".tmp", id);
 }

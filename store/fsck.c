@@ -1,19 +1,26 @@
 /*
- * fsck.c - offline check of a store directory.  Each segment is read
- * whole and walked like recovery does, but every record is verified in
- * full (record header, payload checksum, kvs_object_verify, object key).
- * Verdicts: good; corrupt (a complete record failed a check, or a run of
- * unreadable pages that a valid record follows); torn (the log of the
- * segment ends inside it: a run of bad pages reaching the end of the file,
- * a record running past it, or a last record failing its payload check;
- * or a run of zero pages, a record never written).  Zeros to the end of
- * the file are the unused rest of a preallocated head, not a record.
- * Good records older than another record of their key are "superseded".
- * A damaged segment header is reported (check "segment header") and its
- * records still walked.  --repair rewrites each segment that has a bad
- * record or header with a fresh header and its good records only (new
- * file, fsync, rename over, fsync of the directory); a segment left with
- * nothing is deleted.
+ * fsck.c - offline check of a store directory.  Each segment is walked
+ * record by record (walk.c: bounded reads, holes skipped) with every
+ * record verified in full (record header, payload checksum,
+ * kvs_object_verify with section checksums, object key); verdicts good,
+ * corrupt, torn are named exactly as recovery names them.  Good records
+ * older than another record of their key are "superseded".
+ *
+ * Against the manifest: a listed segment with no file, a sealed one
+ * without its footer (cut short), one holding fewer records than its
+ * footer counts, a cleanly closed head that shrank -- "missing".  A
+ * segment reclaimed but not deleted, a creation cut short, a temporary
+ * file of a killed repair -- "leftover".  Files named like segments that
+ * are not the store's are counted (foreign) and never touched.
+ *
+ * --repair (exclusive lock; without it the lock is shared and nothing is
+ * written, so read-only media work): each segment that has a bad record,
+ * a bad header, or is cut short is rewritten with a fresh header, its
+ * good records and a footer (new file, fsync, rename over, fsync of the
+ * directory); a segment left with nothing is deleted; leftovers are
+ * deleted; the manifest is rewritten (missing segments acknowledged);
+ * a damaged superblock is rebuilt where a manifest or a segment shows a
+ * store is there; a format-1 store is upgraded.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -45,175 +52,212 @@ static int add(struct verdicts *vs, const struct kvs_fsck_record *r)
 	return 0;
 }
 
-/* Walks one segment image; appends its verdicts from index @first on. */
-static int walk(uint64_t id, const uint8_t *buf, uint64_t size,
-		struct verdicts *vs)
+static int add_simple(struct verdicts *vs, uint64_t seg, uint64_t off,
+		      uint64_t len, enum kvs_fsck_status status,
+		      const char *check)
 {
-	struct kvs_fsck_record r;
-	struct rec_header h;
-	const char *check = NULL;
-	uint64_t off = SEG_HEADER_SIZE, bad_start = 0;
-	size_t first = vs->n;
-	bool in_bad = false, bad_zero = true;
-	int err;
+	struct kvs_fsck_record r = {
+		.segment = seg,
+		.offset = off,
+		.length = len,
+		.status = status,
+		.check = check,
+	};
 
-	while (off + KVS_STORE_ALIGN <= size) {
-		err = rec_header_decode(buf + off, &h);
-		if (err) {
-			if (!in_bad) {
-				in_bad = true;
-				bad_zero = true;
-				bad_start = off;
-				check = rec_check_name(err);
-			}
-			for (size_t i = 0; bad_zero && i < KVS_STORE_ALIGN; i++)
-				bad_zero = buf[off + i] == 0;
-			off += KVS_STORE_ALIGN;
-			continue;
-		}
-		memset(&r, 0, sizeof(r));
-		r.segment = id;
-		if (in_bad) {
-			r.offset = bad_start;
-			r.length = off - bad_start;
-			r.status = bad_zero ? KVS_FSCK_TORN : KVS_FSCK_CORRUPT;
-			r.check = bad_zero ? "never written" : check;
-			if (add(vs, &r))
-				return -ENOMEM;
-			in_bad = false;
-		}
-		r.status = KVS_FSCK_GOOD;
-		r.check = NULL;
-		r.offset = off;
-		r.length = record_size(h.length);
-		r.seq = h.seq;
-		r.key = h.key;
+	return add(vs, &r);
+}
+
+struct fsck {
+	const struct kvs_store_io_ops *io;
+	const char *dir;
+	bool repair;
+	struct kvs_fsck_report rep;
+	struct verdicts vs;
+	struct manifest man;
+	bool have_man;
+	uint32_t format;
+	struct id_vec kept; /* segments there after the check (repair) */
+	struct id_vec kept_bare; /* those of them without a footer */
+	uint64_t max_id_seen;
+	bool any_id;
+	bool changed; /* the repair changed something */
+	uint64_t done, total; /* bytes walked, for progress */
+	const struct kvs_store_opts *opts;
+};
+
+/* ---- one segment ----------------------------------------------------- */
+
+struct seg_check {
+	struct fsck *f;
+	uint64_t id;
+	uint32_t records;
+	bool bad, footer;
+	struct seg_footer foot;
+	uint64_t log_end;
+};
+
+static int verdict_cb(void *arg, const struct walk_item *it)
+{
+	struct seg_check *c = arg;
+	struct kvs_fsck_record r = {
+		.segment = c->id,
+		.offset = it->off,
+		.length = it->len,
+		.status = it->status,
+		.check = it->check,
+	};
+
+	if (it->kind == WALK_FOOTER) {
+		c->footer = true;
+		c->foot = it->footer;
+		return 0;
+	}
+	if (it->has_header) {
+		c->records++;
+		r.seq = it->h.seq;
+		r.key = it->h.key;
 		r.key_valid = true;
-		if (off + record_size(h.length) > size) {
-			r.length = size - off;
-			r.status = KVS_FSCK_TORN;
-			r.check = "record length";
-			return add(vs, &r);
-		}
-		if (record_verify(buf + off, size - off, NULL, 0, NULL,
-				  &r.check)) {
-			r.status = KVS_FSCK_CORRUPT;
-		}
-		if (add(vs, &r))
-			return -ENOMEM;
-		off += record_size(h.length);
 	}
-	if (in_bad && !bad_zero) {
-		memset(&r, 0, sizeof(r));
-		r.segment = id;
-		r.offset = bad_start;
-		r.length = size - bad_start;
-		r.status = KVS_FSCK_TORN;
-		r.check = check;
-		return add(vs, &r);
-	}
-	/* the segment's last record failing its payload: cut by a crash */
-	if (vs->n > first && vs->v[vs->n - 1].status == KVS_FSCK_CORRUPT &&
-	    vs->v[vs->n - 1].key_valid &&
-	    strcmp(vs->v[vs->n - 1].check, "record checksum") == 0)
-		vs->v[vs->n - 1].status = KVS_FSCK_TORN;
-	return 0;
+	c->bad |= it->status != KVS_FSCK_GOOD;
+	return add(&c->f->vs, &r);
 }
 
-static int rewrite(const struct kvs_store_io_ops *io, const char *dir,
-		   const char *path, uint64_t id, const uint8_t *buf,
-		   const struct kvs_fsck_record *v, size_t n)
+struct copier {
+	const struct kvs_store_io_ops *io;
+	int fd;
+	uint64_t off;
+	uint32_t records;
+	int err;
+};
+
+static int copy_cb(void *arg, const struct walk_item *it)
 {
-	uint8_t header[SEG_HEADER_SIZE];
-	char tmp[4300];
-	uint64_t off = SEG_HEADER_SIZE;
-	size_t good = 0;
+	struct copier *cp = arg;
 	ssize_t w;
-	int fd, err = 0;
 
-	for (size_t i = 0; i < n; i++)
-		good += v[i].status == KVS_FSCK_GOOD;
-	if (good == 0) {
-		err = io->unlink(io->ctx, path);
-		return err ? err : dir_fsync(io, dir);
-	}
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	fd = io->open(io->ctx, tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (fd < 0)
-		return fd;
-	seg_header_encode(id, header);
-	w = io->pwrite(io->ctx, fd, header, SEG_HEADER_SIZE, 0);
-	if (w != SEG_HEADER_SIZE)
-		err = w < 0 ? (int)w : -EIO;
-	for (size_t i = 0; !err && i < n; i++) {
-		if (v[i].status != KVS_FSCK_GOOD)
-			continue;
-		w = io->pwrite(io->ctx, fd, buf + v[i].offset, v[i].length,
-			       (off_t)off);
-		if (w != (ssize_t)v[i].length)
-			err = w < 0 ? (int)w : -EIO;
-		off += v[i].length;
-	}
-	if (!err)
-		err = io->fsync(io->ctx, fd);
-	io->close(io->ctx, fd);
-	if (!err)
-		err = io->rename(io->ctx, tmp, path);
-	if (err) {
-		io->unlink(io->ctx, tmp);
-		return err;
-	}
-	return dir_fsync(io, dir);
-}
-
-/* Reads segment @id whole (malloc'd into *@buf). */
-static int load(const struct kvs_store_io_ops *io, const char *path,
-		uint8_t **buf, uint64_t *size)
-{
-	ssize_t n;
-	int err, fd = io->open(io->ctx, path, O_RDONLY, 0);
-
-	if (fd < 0)
-		return fd;
-	err = io->size(io->ctx, fd, size);
-	if (err) {
-		io->close(io->ctx, fd);
-		return err;
-	}
-	*buf = malloc(*size ? *size : 1);
-	if (!*buf) {
-		io->close(io->ctx, fd);
-		return -ENOMEM;
-	}
-	n = io->pread(io->ctx, fd, *buf, *size, 0);
-	io->close(io->ctx, fd);
-	if (n < 0 || (uint64_t)n != *size) {
-		free(*buf);
-		return n < 0 ? (int)n : -EIO;
-	}
+	if (it->kind != WALK_RECORD || it->status != KVS_FSCK_GOOD)
+		return 0;
+	w = cp->io->pwrite(cp->io->ctx, cp->fd, it->rec, it->len,
+			   (off_t)cp->off);
+	if (w != (ssize_t)it->len)
+		return w < 0 ? (int)w : -EIO;
+	cp->off += it->len;
+	cp->records++;
 	return 0;
 }
 
-static int check_segment(const struct kvs_store_io_ops *io, const char *dir,
-			 uint64_t id, unsigned flags, struct verdicts *vs,
-			 struct kvs_fsck_report *rep)
+/* Rewrites segment @id (@fd, @size bytes) with its good records only,
+ * sealed; deleted when none is left.  0 or -errno. */
+static int rewrite(struct fsck *f, uint64_t id, int fd, uint64_t size,
+		   const char *path, bool *deleted)
 {
-	char path[4200];
-	uint8_t *buf = NULL;
-	uint64_t size = 0, hdr_id;
-	size_t first = vs->n;
-	bool bad = false;
+	uint8_t page[KVS_STORE_ALIGN];
+	struct copier cp = { .io = f->io, .off = SEG_HEADER_SIZE };
+	struct seg_footer foot = { .id = id };
+	char tmp[4300];
+	ssize_t w;
 	int err;
 
-	snprintf(path, sizeof(path), "%s/", dir);
-	seg_name(id, path + strlen(path));
-	err = load(io, path, &buf, &size);
-	if (err) {
-		kvs_log(KVS_LOG_ERR, "fsck: %s: %s", path, kvs_strerror(err));
-		return err;
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	cp.fd = f->io->open(f->io->ctx, tmp, O_WRONLY | O_CREAT | O_TRUNC,
+			    0644);
+	if (cp.fd < 0)
+		return cp.fd;
+	seg_header_encode(id, page);
+	w = f->io->pwrite(f->io->ctx, cp.fd, page, SEG_HEADER_SIZE, 0);
+	err = w != SEG_HEADER_SIZE ? (w < 0 ? (int)w : -EIO) : 0;
+	if (!err)
+		err = seg_walk(f->io, fd, id, size, 0, copy_cb, &cp, NULL);
+	*deleted = !err && cp.records == 0;
+	if (!err && !*deleted) {
+		foot.end = cp.off;
+		foot.records = cp.records;
+		seg_footer_encode(&foot, page);
+		w = f->io->pwrite(f->io->ctx, cp.fd, page, KVS_STORE_ALIGN,
+				  (off_t)cp.off);
+		err = w != KVS_STORE_ALIGN ? (w < 0 ? (int)w : -EIO) : 0;
 	}
-	err = size < SEG_HEADER_SIZE ? -KVS_ETRUNC
-				     : seg_header_decode(buf, &hdr_id);
+	if (!err && !*deleted)
+		err = f->io->fsync(f->io->ctx, cp.fd);
+	f->io->close(f->io->ctx, cp.fd);
+	if (!err && *deleted)
+		err = f->io->unlink(f->io->ctx, path);
+	else if (!err)
+		err = f->io->rename(f->io->ctx, tmp, path);
+	if (*deleted || err)
+		f->io->unlink(f->io->ctx, tmp);
+	if (!err)
+		err = dir_fsync(f->io, f->dir);
+	return err;
+}
+
+/* The footer and manifest expectations of a walked segment. */
+static int check_expected(struct fsck *f, struct seg_check *c)
+{
+	const struct manifest *m = &f->man;
+	bool sealed_expected = f->have_man && manifest_wants_footer(m, c->id);
+
+	if (!c->footer && sealed_expected)
+		return add_simple(&f->vs, c->id, c->log_end, 0,
+				  KVS_FSCK_MISSING, "cut short (no footer)");
+	if (c->footer && c->records < c->foot.records && !c->bad)
+		return add_simple(&f->vs, c->id, c->log_end, 0,
+				  KVS_FSCK_MISSING,
+				  "fewer records than its footer counts");
+	if (f->have_man && (m->flags & MANIFEST_CLEAN) && c->id == m->head_id &&
+	    !c->bad &&
+	    (c->log_end < m->head_length || c->records < m->head_records))
+		return add_simple(&f->vs, c->id, c->log_end, 0,
+				  KVS_FSCK_MISSING,
+				  "shorter than when closed cleanly");
+	return 0;
+}
+
+static bool starts_log(const struct kvs_store_io_ops *io, int fd, uint64_t size,
+		       uint8_t *page)
+{
+	struct rec_header h;
+
+	return size >= SEG_HEADER_SIZE + KVS_STORE_ALIGN &&
+	       io->pread(io->ctx, fd, page, KVS_STORE_ALIGN, SEG_HEADER_SIZE) ==
+		       KVS_STORE_ALIGN &&
+	       rec_header_decode(page, &h) == 0;
+}
+
+static void progress(struct fsck *f, uint64_t bytes)
+{
+	f->done += bytes;
+	if (f->opts && f->opts->progress)
+		f->opts->progress(f->opts->progress_arg, f->done, f->total);
+}
+
+static int check_segment(struct fsck *f, uint64_t id)
+{
+	struct seg_check c = { .f = f, .id = id };
+	struct walk_end end;
+	uint8_t page[SEG_HEADER_SIZE];
+	char path[4200], name[32];
+	bool listed = f->have_man && manifest_has(&f->man, id), deleted, zero;
+	uint64_t size, hdr_id;
+	struct stat st;
+	size_t first = f->vs.n;
+	ssize_t n;
+	int fd, err;
+
+	seg_name(id, name);
+	snprintf(path, sizeof(path), "%s/%s", f->dir, name);
+	fd = f->io->open(f->io->ctx, path, O_RDONLY, 0);
+	if (fd < 0) {
+		kvs_log(KVS_LOG_ERR, "fsck: %s: %s", path, kvs_strerror(fd));
+		return fd;
+	}
+	err = f->io->stat(f->io->ctx, NULL, fd, &st);
+	if (err)
+		goto out;
+	size = (uint64_t)st.st_size / KVS_STORE_ALIGN * KVS_STORE_ALIGN;
+	n = f->io->pread(f->io->ctx, fd, page, SEG_HEADER_SIZE, 0);
+	err = n != SEG_HEADER_SIZE ? -KVS_ETRUNC
+				   : seg_header_decode(page, &hdr_id);
 	if (!err && hdr_id != id)
 		err = -KVS_ECORRUPT;
 	if (err == -KVS_EVERSION) {
@@ -221,35 +265,151 @@ static int check_segment(const struct kvs_store_io_ops *io, const char *dir,
 			path);
 		goto out;
 	}
-	if (err) {
-		/* the records describe themselves: still walk them */
-		struct kvs_fsck_record r = {
-			.segment = id,
-			.length =
-				size < SEG_HEADER_SIZE ? size : SEG_HEADER_SIZE,
-			.status = size < SEG_HEADER_SIZE ? KVS_FSCK_TORN
-							 : KVS_FSCK_CORRUPT,
-			.check = "segment header",
-		};
-
-		rep->bad_segments++;
-		err = add(vs, &r);
+	if (!err && f->have_man && !listed && id < f->man.next_id) {
+		/* left out of the manifest, not deleted: a reclaim a crash
+		 * interrupted */
+		err = add_simple(&f->vs, id, 0, size, KVS_FSCK_LEFTOVER,
+				 "reclaimed, not deleted");
+		f->rep.leftovers++;
+		if (!err && f->repair) {
+			err = f->io->unlink(f->io->ctx, path);
+			f->changed = true;
+		}
+		goto out;
 	}
-	if (!err)
-		err = walk(id, buf, size, vs);
-	for (size_t i = first; i < vs->n; i++)
-		bad |= vs->v[i].status != KVS_FSCK_GOOD;
-	if (!err && bad && (flags & KVS_FSCK_REPAIR)) {
-		err = rewrite(io, dir, path, id, buf, vs->v + first,
-			      vs->n - first);
-		if (!err)
-			rep->repaired_segments++;
-		else
+	if (err && !listed && !starts_log(f->io, fd, size, page)) {
+		err = file_is_zero(f->io, fd, 0, size, &zero);
+		if (!err && f->have_man && id == f->man.next_id && zero) {
+			err = add_simple(&f->vs, id, 0, size, KVS_FSCK_LEFTOVER,
+					 "creation cut short");
+			f->rep.leftovers++;
+			if (!err && f->repair) {
+				err = f->io->unlink(f->io->ctx, path);
+				f->changed = true;
+			}
+			goto out;
+		}
+		kvs_log(KVS_LOG_WARN,
+			"fsck: %s is not a segment of this store: left alone",
+			path);
+		f->rep.foreign++;
+		goto out;
+	}
+	f->rep.segments++;
+	if (err) {
+		f->rep.bad_segments++;
+		c.bad = true;
+		err = add_simple(&f->vs, id, 0,
+				 size < SEG_HEADER_SIZE ? size
+							: SEG_HEADER_SIZE,
+				 size < SEG_HEADER_SIZE ? KVS_FSCK_TORN
+							: KVS_FSCK_CORRUPT,
+				 "segment header");
+		if (err)
+			goto out;
+	}
+	err = seg_walk(f->io, fd, id, size, 0, verdict_cb, &c, &end);
+	if (err)
+		goto out;
+	c.log_end = end.log_end;
+	err = check_expected(f, &c);
+	if (err)
+		goto out;
+	progress(f, size);
+	for (size_t i = first; i < f->vs.n; i++)
+		c.bad |= f->vs.v[i].status != KVS_FSCK_GOOD;
+	deleted = false;
+	if (c.bad && f->repair) {
+		err = rewrite(f, id, fd, size, path, &deleted);
+		if (err) {
 			kvs_log(KVS_LOG_ERR, "fsck: repair %s: %s", path,
 				kvs_strerror(err));
+			goto out;
+		}
+		f->rep.repaired_segments++;
+		f->changed = true;
 	}
+	if (!deleted)
+		err = id_vec_push(&f->kept, id);
+	if (!err && !deleted && !c.footer && !(c.bad && f->repair))
+		err = id_vec_push(&f->kept_bare, id);
 out:
-	free(buf);
+	f->io->close(f->io->ctx, fd);
+	return err;
+}
+
+/* ---- the directory ---------------------------------------------------- */
+
+/* Listed segments with no file. */
+static int check_missing(struct fsck *f, const struct dir_listing *ls)
+{
+	size_t k = 0;
+	int err = 0;
+
+	for (uint32_t r = 0; f->have_man && r < f->man.nruns && !err; r++)
+		for (uint64_t id = f->man.runs[r].first;
+		     id < f->man.runs[r].end && !err; id++) {
+			while (k < ls->segs.n && ls->segs.v[k] < id)
+				k++;
+			if (k < ls->segs.n && ls->segs.v[k] == id)
+				continue;
+			err = add_simple(&f->vs, id, 0, 0, KVS_FSCK_MISSING,
+					 "segment missing");
+			f->changed |= f->repair;
+		}
+	return err;
+}
+
+static int check_tmps(struct fsck *f, const struct dir_listing *ls)
+{
+	char path[4200], name[32];
+	int err = 0;
+
+	for (size_t i = 0; i < ls->tmps.n && !err; i++) {
+		seg_name(ls->tmps.v[i], name);
+		snprintf(path, sizeof(path), "%s/%s.tmp", f->dir, name);
+		if (!leftover_is_ours(f->io, path)) {
+			f->rep.foreign++;
+			continue;
+		}
+		f->rep.leftovers++;
+		err = add_simple(&f->vs, ls->tmps.v[i], 0, 0, KVS_FSCK_LEFTOVER,
+				 "temporary file of a repair");
+		if (!err && f->repair) {
+			err = f->io->unlink(f->io->ctx, path);
+			f->changed = true;
+		}
+	}
+	return err;
+}
+
+/* The superblock: read, or (repairing, where a store shows) rebuilt. */
+static int check_superblock(struct fsck *f, const struct dir_listing *ls)
+{
+	struct sb_state sb;
+	int err = superblock_read(f->io, f->dir, &sb);
+
+	if (err == -KVS_EVERSION || (err && err != -ENOENT &&
+				     err != -KVS_EHDRSUM && err != -KVS_EMAGIC))
+		return err;
+	f->format = err ? KVS_STORE_FORMAT_VERSION : sb.version;
+	f->rep.superblock_damaged = err || sb.copies_bad;
+	if (!f->rep.superblock_damaged)
+		return 0;
+	if (err && !ls->segs.n && !ls->manifest) {
+		kvs_log(KVS_LOG_ERR, "fsck: no store at %s", f->dir);
+		return -ENOENT;
+	}
+	if (!f->repair) {
+		if (err)
+			kvs_log(KVS_LOG_ERR,
+				"fsck: %s: superblock %s; run with --repair to "
+				"rebuild it",
+				f->dir, sb.missing ? "missing" : "damaged");
+		return err;
+	}
+	err = superblock_write(f->io, f->dir);
+	f->changed = true;
 	return err;
 }
 
@@ -288,50 +448,125 @@ static int mark_superseded(struct verdicts *vs)
 	return err;
 }
 
+/* Publishes the manifest of what is there now (repair, upgrade). */
+static int write_manifest(struct fsck *f)
+{
+	struct manifest m = {
+		.generation = f->have_man ? f->man.generation + 1 : 1,
+		.head_id = MANIFEST_NO_HEAD,
+	};
+	uint64_t next = f->any_id ? f->max_id_seen + 1 : 0;
+	int err;
+
+	if (f->have_man && f->man.next_id > next)
+		next = f->man.next_id;
+	m.next_id = next;
+	m.runs = malloc((f->kept.n + f->kept_bare.n + 1) * sizeof(*m.runs));
+	if (!m.runs)
+		return -ENOMEM;
+	m.bare = m.runs + f->kept.n;
+	for (size_t i = 0; i < f->kept.n; i++)
+		id_runs_add(m.runs, &m.nruns, f->kept.v[i]);
+	for (size_t i = 0; i < f->kept_bare.n; i++)
+		id_runs_add(m.bare, &m.nbare, f->kept_bare.v[i]);
+	/* the head stays the head if it was left as it was */
+	if (f->have_man && f->man.head_id != MANIFEST_NO_HEAD &&
+	    manifest_has(&m, f->man.head_id) && !f->rep.repaired_segments)
+		m.head_id = f->man.head_id;
+	err = manifest_store(f->io, f->dir, &m);
+	free(m.runs);
+	return err;
+}
+
+static void load_manifest(struct fsck *f)
+{
+	int err;
+
+	if (f->format < 2)
+		return;
+	err = manifest_load(f->io, f->dir, &f->man);
+	f->have_man = err == 0;
+	f->rep.manifest_damaged = err != 0;
+}
+
 int kvs_store_fsck(const char *dir, unsigned flags,
-		   const struct kvs_store_io_ops *io,
+		   const struct kvs_store_opts *opts,
 		   void (*cb)(void *arg, const struct kvs_fsck_record *rec),
 		   void *arg, struct kvs_fsck_report *report)
 {
-	struct kvs_fsck_report rep = { 0 };
 	struct kvs_store_io_ops ops;
-	struct verdicts vs = { 0 };
-	uint64_t *ids = NULL;
-	size_t n = 0;
-	int lock_fd, err;
+	struct store_lock lock;
+	struct dir_listing ls = { 0 };
+	struct fsck f = {
+		.io = &ops,
+		.dir = dir,
+		.repair = flags & KVS_FSCK_REPAIR,
+		.opts = opts,
+	};
+	int err;
 
-	io_ops_fill(&ops, io);
-	io = &ops;
-	err = superblock_check(io, dir, false);
+	io_ops_fill(&ops, opts ? opts->io : NULL);
+	err = store_lock(f.io, dir, f.repair, false,
+			 opts ? opts->lock_timeout_ms : 30000, &lock);
 	if (err)
 		return err;
-	err = store_lock(io, dir, false, &lock_fd);
-	if (err)
-		return err;
-	err = seg_list(io, dir, &ids, &n);
-	for (size_t i = 0; !err && i < n; i++) {
-		err = check_segment(io, dir, ids[i], flags, &vs, &rep);
-		rep.segments++;
-	}
+	err = dir_list(f.io, dir, &ls);
 	if (!err)
-		err = mark_superseded(&vs);
+		err = check_superblock(&f, &ls);
 	if (err)
-		goto free_all;
-	for (size_t i = 0; i < vs.n; i++) {
-		const struct kvs_fsck_record *r = &vs.v[i];
+		goto out;
+	load_manifest(&f);
+	for (size_t i = 0; i < ls.segs.n; i++) {
+		uint64_t id = ls.segs.v[i];
+		char path[4200], name[32];
+		struct stat st;
 
-		rep.records++;
-		rep.good += r->status == KVS_FSCK_GOOD;
-		rep.corrupt += r->status == KVS_FSCK_CORRUPT;
-		rep.torn += r->status == KVS_FSCK_TORN;
-		rep.superseded += r->superseded;
+		if (!f.any_id || id > f.max_id_seen)
+			f.max_id_seen = id;
+		f.any_id = true;
+		seg_name(id, name);
+		snprintf(path, sizeof(path), "%s/%s", dir, name);
+		if (f.io->stat(f.io->ctx, path, -1, &st) == 0)
+			f.total += (uint64_t)st.st_size;
+	}
+	for (size_t i = 0; !err && i < ls.segs.n; i++)
+		err = check_segment(&f, ls.segs.v[i]);
+	if (!err)
+		err = check_missing(&f, &ls);
+	if (!err)
+		err = check_tmps(&f, &ls);
+	if (!err && f.repair &&
+	    (f.changed || !f.have_man || f.format < KVS_STORE_FORMAT_VERSION))
+		err = write_manifest(&f);
+	if (!err && f.repair && f.format < KVS_STORE_FORMAT_VERSION)
+		err = superblock_write(f.io, dir);
+	if (!err)
+		err = mark_superseded(&f.vs);
+	if (err)
+		goto out;
+	f.rep.format_version = f.format;
+	f.rep.repaired = f.changed;
+	for (size_t i = 0; i < f.vs.n; i++) {
+		const struct kvs_fsck_record *r = &f.vs.v[i];
+
+		f.rep.records += r->status != KVS_FSCK_MISSING &&
+				 r->status != KVS_FSCK_LEFTOVER;
+		f.rep.good += r->status == KVS_FSCK_GOOD;
+		f.rep.corrupt += r->status == KVS_FSCK_CORRUPT;
+		f.rep.torn += r->status == KVS_FSCK_TORN;
+		f.rep.missing += r->status == KVS_FSCK_MISSING;
+		f.rep.superseded += r->superseded;
 		if (cb)
 			cb(arg, r);
 	}
-	*report = rep;
-free_all:
-	free(vs.v);
-	free(ids);
-	io->close(io->ctx, lock_fd);
+	if (report)
+		*report = f.rep;
+out:
+	free(f.vs.v);
+	free(f.kept.v);
+	free(f.kept_bare.v);
+	free(f.man.runs);
+	dir_listing_free(&ls);
+	store_unlock(f.io, &lock);
 	return err;
 }

@@ -3,8 +3,11 @@
  * are read (a batch together, queue_depth in flight) straight into a DRAM
  * slot, which promotes them, or into a private buffer when there is no
  * room.  Every record read from NVMe is checked in full before it is
- * served; one that fails is dropped, counted and reported as a miss.
- * Also the longest-prefix lookup and the statistics.
+ * served; one that fails is dropped, counted and reported as a miss
+ * named -KVS_ECORRUPT (so is a key whose record recovery dropped as
+ * corrupt), until a new put of the key.  References are counted: the
+ * store is not closed under them.  Also the longest-prefix lookup and
+ * the statistics.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -34,6 +37,7 @@ int store_check_read(struct kvs_store *s, struct entry *e, const uint8_t *rec)
 	e->rec_checked = !err;
 	if (!err)
 		return 0;
+	e->bad = true;
 	kvs_log(KVS_LOG_DEBUG,
 		"store: record in segment %llu at %llu failed %s: a miss",
 		(unsigned long long)(e->seg ? e->seg->id : 0),
@@ -51,6 +55,7 @@ static struct kvs_store_ref *ref_new(struct kvs_store *s, struct entry *pin,
 
 	if (!ref)
 		return NULL;
+	s->nrefs++;
 	ref->store = s;
 	ref->entry = pin;
 	ref->owned = owned;
@@ -89,9 +94,9 @@ static int finish_read(struct kvs_store *s, struct nvme_read *r, int res,
 
 	*ref = NULL;
 	/* a record failing a check is dropped (and counted): a miss for
-	 * the caller, never an error of its own */
+	 * the caller, named as one of a damaged record */
 	if (!err && store_check_read(s, e, r->buf))
-		err = -KVS_ENOTFOUND;
+		err = -KVS_ECORRUPT;
 	if (!err && r->in_dram && e->slot) {
 		/* the same key twice in one batch: share the first copy */
 		read_buf_free(s, r);
@@ -174,8 +179,11 @@ static int read_batch(struct kvs_store *s, struct nvme_read *rd, size_t n,
 		struct entry *e = r->e;
 
 		if (!r->buf || !e->seg) {
-			read_done(s, r, r->buf ? -KVS_ENOTFOUND : -ENOMEM, refs,
-				  results);
+			read_done(s, r,
+				  !r->buf  ? -ENOMEM
+				  : e->bad ? -KVS_ECORRUPT
+					   : -KVS_ENOTFOUND,
+				  refs, results);
 			left--;
 			continue;
 		}
@@ -256,6 +264,8 @@ int kvs_store_get_batch(struct kvs_store *store,
 			rd[nrd].i = i;
 			nrd++;
 		} else {
+			if (e && e->bad)
+				results[i] = -KVS_ECORRUPT;
 			s->st.misses++;
 		}
 	}
@@ -292,17 +302,20 @@ size_t kvs_store_ref_len(const struct kvs_store_ref *ref)
 
 void kvs_store_ref_release(struct kvs_store_ref *ref)
 {
+	struct kvs_store *s;
 	struct entry *e;
 
 	if (!ref)
 		return;
+	s = ref->store;
 	e = ref->entry;
+	pthread_mutex_lock(&s->lock);
 	if (e) {
-		pthread_mutex_lock(&ref->store->lock);
 		e->pins--;
-		entry_maybe_free(ref->store, e);
-		pthread_mutex_unlock(&ref->store->lock);
+		entry_maybe_free(s, e);
 	}
+	s->nrefs--;
+	pthread_mutex_unlock(&s->lock);
 	free(ref->owned);
 	free(ref);
 }

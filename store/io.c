@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "kvs_config.h"
@@ -110,11 +111,38 @@ static int sys_mkdir(void *ctx, const char *path, mode_t mode)
 	return mkdir(path, mode) ? -errno : 0;
 }
 
-static int sys_lock(void *ctx, int fd)
+static int sys_lock(void *ctx, int fd, bool exclusive)
 {
-	while (flock(fd, LOCK_EX) != 0)
+	while (flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0)
 		if (errno != EINTR)
-			return -errno;
+			return errno == EAGAIN ? -EWOULDBLOCK : -errno;
+	return 0;
+}
+
+static int sys_stat(void *ctx, const char *path, int fd, struct stat *out)
+{
+	int err = path ? stat(path, out) : fstat(fd, out);
+
+	return err ? -errno : 0;
+}
+
+static int sys_space(void *ctx, const char *dir, uint64_t *avail)
+{
+	struct statvfs vfs;
+
+	if (statvfs(dir, &vfs))
+		return -errno;
+	*avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	return 0;
+}
+
+static int sys_seek_data(void *ctx, int fd, uint64_t off, uint64_t *out)
+{
+	off_t at = lseek(fd, (off_t)off, SEEK_DATA);
+
+	if (at < 0)
+		return -errno; /* ENXIO: a hole to the end */
+	*out = (uint64_t)at;
 	return 0;
 }
 
@@ -184,7 +212,15 @@ static int sys_start(void *ctx, struct kvs_store_ring *ring,
 	do
 		ret = io_uring_submit(&ring->uring);
 	while (ret == -EINTR);
-	return ret < 0 ? ret : 0;
+	if (ret >= 0)
+		return 0;
+	/* Not submitted, yet still queued in the ring: the next submit
+	 * would run it against a request and a buffer the caller frees on
+	 * this error.  It becomes a no-op with no request behind it (its
+	 * completion is skipped). */
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data(sqe, NULL);
+	return ret;
 #else
 	run_sync(r);
 	return 0;
@@ -203,15 +239,20 @@ static int sys_complete(void *ctx, struct kvs_store_ring *ring, unsigned min)
 	for (;;) {
 		unsigned n = 0;
 
+		unsigned reaped = 0;
+
 		io_uring_for_each_cqe(&ring->uring, head, cqe)
 		{
 			struct kvs_store_io_req *r = io_uring_cqe_get_data(cqe);
 
+			reaped++;
+			if (!r)
+				continue; /* a no-op left by a failed submit */
 			r->res = cqe->res;
 			r->done = true;
 			n++;
 		}
-		io_uring_cq_advance(&ring->uring, n);
+		io_uring_cq_advance(&ring->uring, reaped);
 		seen += n;
 		if (seen >= min)
 			return (int)seen;
@@ -239,6 +280,9 @@ static const struct kvs_store_io_ops default_ops = {
 	.mkdir = sys_mkdir,
 	.lock = sys_lock,
 	.list = sys_list,
+	.stat = sys_stat,
+	.space = sys_space,
+	.seek_data = sys_seek_data,
 	.start = sys_start,
 	.complete = sys_complete,
 	.ctx = NULL,
@@ -269,6 +313,9 @@ void io_ops_fill(struct kvs_store_io_ops *out,
 	FILL(mkdir);
 	FILL(lock);
 	FILL(list);
+	FILL(stat);
+	FILL(space);
+	FILL(seek_data);
 	FILL(start);
 	FILL(complete);
 }

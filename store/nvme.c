@@ -1,24 +1,40 @@
 /*
  * nvme.c - the NVMe tier: a log of segment files.  Records are appended to
  * the newest segment (the head) at 4096-aligned offsets; a full head is
- * sealed and a new segment created (header written, fsync, fsync of the
- * directory, so a durable record's file is always findable).  The head is
- * preallocated to the full segment size: ext4 and others complete O_DIRECT
- * writes that extend a file one at a time, so appends stay inside it; a
- * sealed segment (and the head at close) is cut back to its log end.
+ * sealed (a footer page after its log end stating that length and its
+ * record count, the file cut there, fdatasync) and a new segment created
+ * (header written, fsync, fsync of the directory, so a durable record's
+ * file is always findable), then listed in the manifest.  The head is
+ * preallocated to the full segment size: ext4 and others complete
+ * O_DIRECT writes that extend a file one at a time, so appends stay
+ * inside it; a segment's file never exceeds the segment size.
  *
  * Capacity is counted in whole segments: at most nvme_capacity /
- * segment_size files.  When one more is needed, the oldest segment is
- * reclaimed whole: a record read since it was written (freq > 0, the
- * S3-FIFO "main" rule applied to a log) is carried forward, re-appended to
- * the new head (or, if DRAM holds a copy, left there to be spilled again);
- * the others are dropped and their keys kept as NVMe ghosts, so that a
- * re-put of one starts with freq 1.  Carrying is best effort: a crash
- * between deleting the old file and rewriting loses those records, which
- * a cache may do.
+ * segment_size files, and never more than the file system has room for
+ * (its free space is asked before a segment is created; a full file
+ * system makes the store reclaim, not fail).  When one more is needed,
+ * the oldest segment is reclaimed whole: a record read since it was
+ * written (freq > 0, the S3-FIFO "main" rule applied to a log) is carried
+ * forward, re-appended to the new head (or, if DRAM holds a copy, left
+ * there to be spilled again); the others are dropped and their keys kept
+ * as NVMe ghosts, so that a re-put of one starts with freq 1.  Carrying is
+ * best effort: a crash between deleting the old file and rewriting loses
+ * those records, which a cache may do.  A segment leaves the manifest,
+ * durably, before its file is deleted.
+ *
+ * Superseded records are not left to accumulate until capacity: after a
+ * roll, the sealed segment with the fewest live bytes, if at most half
+ * its log is live, is compacted -- its live records copied to the new
+ * head, the head synced (the copies are as durable as the originals were),
+ * then the segment deleted.
+ *
+ * A failed record write never leaves a hole: the last reservation is
+ * taken back, and the head takes no more records (sealed at the next
+ * roll, which cuts off whatever part of the failed write landed).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,11 +43,17 @@
 #include "store_internal.h"
 
 #define REG_CHUNK (1ull << 30)
+#define SPACE_SLACK (1ull << 20) /* beyond a segment: manifest, metadata */
 
 struct carry {
 	struct entry *e;
 	uint8_t *image;
 	uint64_t rec;
+};
+
+struct carry_set {
+	struct carry *v;
+	size_t n, cap;
 };
 
 void seg_path(const struct kvs_store *s, uint64_t id, char *out, size_t n)
@@ -40,6 +62,36 @@ void seg_path(const struct kvs_store *s, uint64_t id, char *out, size_t n)
 
 	seg_name(id, name);
 	snprintf(out, n, "%s/%s", s->dir, name);
+}
+
+static bool is_nospc(int err)
+{
+	return err == -ENOSPC || err == -EDQUOT;
+}
+
+/* Logs an I/O failure, once per full-disk episode for ENOSPC (a batch on a
+ * full disk would otherwise say it once per object and segment tried). */
+static void __attribute__((format(printf, 3, 4)))
+log_io_error(struct kvs_store *s, int err, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+
+	if (is_nospc(err)) {
+		if (s->nospc_logged)
+			return;
+		s->nospc_logged = true;
+	}
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (is_nospc(err))
+		kvs_log(KVS_LOG_ERR,
+			"store: %s: %s (the file system of %s is full: "
+			"puts fail until space is freed; said once)",
+			line, kvs_strerror(err), s->dir);
+	else
+		kvs_log(KVS_LOG_ERR, "store: %s: %s", line, kvs_strerror(err));
 }
 
 /* The file system of the store refuses O_DIRECT (EINVAL at open, as
@@ -70,7 +122,8 @@ void nvme_probe_direct(struct kvs_store *s)
 int nvme_open_file(struct kvs_store *s, const char *path, bool create,
 		   int *fd_out)
 {
-	int flags = O_RDWR | (create ? O_CREAT | O_EXCL : 0);
+	int flags = (s->read_only ? O_RDONLY : O_RDWR) |
+		    (create ? O_CREAT | O_EXCL : 0);
 	int fd;
 
 	if (s->direct) {
@@ -82,7 +135,8 @@ int nvme_open_file(struct kvs_store *s, const char *path, bool create,
 	fd = s->io->open(s->io->ctx, path, flags, 0644);
 done:
 	if (fd < 0) {
-		kvs_log(KVS_LOG_ERR, "store: open %s: %s", path, strerror(-fd));
+		if (fd != -EEXIST)
+			log_io_error(s, fd, "open %s", path);
 		return fd;
 	}
 	*fd_out = fd;
@@ -95,6 +149,13 @@ int buf_index_of(struct kvs_store *s, const uint8_t *p)
 	    p >= s->dram.base + s->dram.map_len)
 		return -1;
 	return (int)((uint64_t)(p - s->dram.base) / REG_CHUNK);
+}
+
+/* Bytes of @seg's file counted in nvme_file_bytes: the log (the head's
+ * preallocated rest is not), and the footer once written. */
+static uint64_t seg_file_bytes(const struct segment *seg)
+{
+	return seg->size + (seg->footer ? KVS_STORE_ALIGN : 0);
 }
 
 struct segment *seg_new(struct kvs_store *s, uint64_t id, int fd, uint64_t size)
@@ -119,12 +180,12 @@ void seg_free(struct kvs_store *s, struct segment *seg)
 {
 	list_del(&seg->link);
 	s->nsegs--;
-	s->nvme_file_bytes -= seg->size;
+	s->nvme_file_bytes -= seg_file_bytes(seg);
 	s->io->close(s->io->ctx, seg->fd);
 	free(seg);
 }
 
-static struct segment *head_seg(struct kvs_store *s)
+struct segment *head_seg(struct kvs_store *s)
 {
 	if (list_empty(&s->segments))
 		return NULL;
@@ -138,7 +199,9 @@ bool nvme_head_fits(struct kvs_store *s, uint64_t rec)
 {
 	struct segment *head = head_seg(s);
 
-	return head && head->size + rec <= s->opts.segment_size;
+	/* room for the record and, after it, the footer */
+	return head && !head->write_failed &&
+	       head->size + rec + KVS_STORE_ALIGN <= s->opts.segment_size;
 }
 
 void nvme_attach(struct kvs_store *s, struct entry *e, struct segment *seg,
@@ -154,6 +217,7 @@ void nvme_attach(struct kvs_store *s, struct entry *e, struct segment *seg,
 	e->seg = seg;
 	e->off = off;
 	e->seq = seq;
+	e->bad = false;
 	list_push(&seg->records, &e->nlink);
 	seg->live_bytes += record_size(e->len);
 	seg->live_count++;
@@ -208,10 +272,10 @@ static int record_io(struct kvs_store *s, struct segment *seg, int op,
 	else if (!err && (uint64_t)req.res != rec)
 		err = -EIO;
 	if (err)
-		kvs_log(KVS_LOG_ERR, "store: %s segment %llu at %llu: %s",
-			op == KVS_STORE_IO_READ ? "read" : "write",
-			(unsigned long long)seg->id, (unsigned long long)off,
-			kvs_strerror(err));
+		log_io_error(s, err, "%s segment %llu at %llu",
+			     op == KVS_STORE_IO_READ ? "read" : "write",
+			     (unsigned long long)seg->id,
+			     (unsigned long long)off);
 	return err;
 }
 
@@ -219,6 +283,13 @@ static int read_record(struct kvs_store *s, struct segment *seg, uint64_t off,
 		       uint8_t *buf, uint64_t rec)
 {
 	return record_io(s, seg, KVS_STORE_IO_READ, off, buf, rec, -1);
+}
+
+static int write_at(struct kvs_store *s, struct segment *seg, uint64_t off,
+		    uint8_t *image, uint64_t rec, int buf_index)
+{
+	return record_io(s, seg, KVS_STORE_IO_WRITE, off, image, rec,
+			 buf_index);
 }
 
 int nvme_check_record(struct kvs_store *s, struct entry *e)
@@ -238,10 +309,198 @@ int nvme_check_record(struct kvs_store *s, struct entry *e)
 	return err;
 }
 
-struct carry_set {
-	struct carry *v;
-	size_t n, cap;
-};
+/* ---- appending ------------------------------------------------------- */
+
+static void stamp(struct kvs_store *s, struct entry *e, uint8_t *image,
+		  uint64_t seq)
+{
+	struct rec_header h = {
+		.seq = seq,
+		.length = e->len,
+		.payload_sum = e->psum,
+		.key = e->key,
+	};
+
+	rec_header_encode(&h, image);
+}
+
+void nvme_write_failed(struct kvs_store *s, struct segment *seg, uint64_t off,
+		       uint64_t rec)
+{
+	/* the last reservation is taken back: no hole is left; the head
+	 * takes nothing more, and sealing it cuts off what landed */
+	if (off + rec == seg->size) {
+		seg->size = off;
+		s->nvme_file_bytes -= rec;
+	}
+	seg->write_failed = true;
+}
+
+/* Appends @image (the record of @e) to the head synchronously. */
+static int append(struct kvs_store *s, struct segment *head, struct entry *e,
+		  uint8_t *image, uint64_t rec, int buf_index)
+{
+	uint64_t off = head->size, seq;
+	int err;
+
+	if (s->next_seq > REC_SEQ_MAX)
+		return -EOVERFLOW;
+	seq = s->next_seq++;
+	stamp(s, e, image, seq);
+	head->size += rec;
+	s->nvme_file_bytes += rec;
+	head->dirty = true;
+	s->clean_on_disk = false;
+	err = write_at(s, head, off, image, rec, buf_index);
+	if (err) {
+		nvme_write_failed(s, head, off, rec);
+		return err;
+	}
+	head->nrec++;
+	nvme_attach(s, e, head, off, seq);
+	e->rec_checked = true;
+	return 0;
+}
+
+/* ---- sealing, creating, deleting ------------------------------------- */
+
+int seg_grow(struct kvs_store *s, int fd)
+{
+	off_t len = (off_t)s->opts.segment_size;
+	int err = s->io->fallocate(s->io->ctx, fd, len);
+
+	if (err == -EOPNOTSUPP)
+		err = s->io->ftruncate(s->io->ctx, fd, len);
+	if (err)
+		log_io_error(s, err, "cannot size a segment in %s", s->dir);
+	return err;
+}
+
+void seg_trim(struct kvs_store *s, struct segment *seg)
+{
+	int err = s->io->ftruncate(s->io->ctx, seg->fd,
+				   (off_t)seg_file_bytes(seg));
+
+	if (err)
+		kvs_log(KVS_LOG_WARN, "store: trim segment %llu: %s",
+			(unsigned long long)seg->id, strerror(-err));
+}
+
+int seg_sync(struct kvs_store *s, struct segment *seg)
+{
+	int err = s->io->fdatasync(s->io->ctx, seg->fd);
+
+	if (err) {
+		/* after a failed sync the file's state is unknown: stop
+		 * appending to it and never report it durable */
+		seg->sealed = true;
+		seg->sync_failed = true;
+		log_io_error(s, err, "fdatasync segment %llu",
+			     (unsigned long long)seg->id);
+		return err;
+	}
+	seg->dirty = false;
+	seg->unsynced = false;
+	return 0;
+}
+
+void seg_seal(struct kvs_store *s, struct segment *seg)
+{
+	struct seg_footer f = { .id = seg->id,
+				.end = seg->size,
+				.records = seg->nrec };
+	ssize_t n;
+	int err;
+
+	seg->sealed = true;
+	if (seg->footer)
+		return;
+	seg_footer_encode(&f, s->scratch);
+	n = s->io->pwrite(s->io->ctx, seg->fd, s->scratch, KVS_STORE_ALIGN,
+			  (off_t)seg->size);
+	err = n < 0 ? (int)n : n != KVS_STORE_ALIGN ? -EIO : 0;
+	if (!err) {
+		seg->footer = true;
+		s->nvme_file_bytes += KVS_STORE_ALIGN;
+	}
+	/* cut after the footer (or the log): preallocation, and whatever
+	 * part of a failed write landed, go */
+	seg_trim(s, seg);
+	if (err)
+		log_io_error(s, err, "seal segment %llu",
+			     (unsigned long long)seg->id);
+	else
+		seg_sync(s, seg);
+}
+
+static int create_segment(struct kvs_store *s)
+{
+	char path[4096];
+	ssize_t n;
+	uint64_t id;
+	int fd, err;
+
+	/* a file a crash revived may hold an id: take the next one */
+	do {
+		id = s->next_seg_id++;
+		seg_path(s, id, path, sizeof(path));
+		err = nvme_open_file(s, path, true, &fd);
+	} while (err == -EEXIST);
+	if (err)
+		return err;
+	seg_header_encode(id, s->scratch);
+	n = s->io->pwrite(s->io->ctx, fd, s->scratch, SEG_HEADER_SIZE, 0);
+	err = n < 0 ? (int)n : n != SEG_HEADER_SIZE ? -EIO : 0;
+	if (!err)
+		err = seg_grow(s, fd);
+	if (!err)
+		err = s->io->fsync(s->io->ctx, fd);
+	if (!err)
+		err = dir_fsync(s->io, s->dir);
+	if (err)
+		goto remove_file;
+	if (!seg_new(s, id, fd, SEG_HEADER_SIZE)) {
+		err = -ENOMEM;
+		goto remove_file;
+	}
+	s->nospc_logged = false;
+	return 0;
+remove_file:
+	log_io_error(s, err, "cannot create segment %s", path);
+	s->io->close(s->io->ctx, fd);
+	s->io->unlink(s->io->ctx, path);
+	return err;
+}
+
+/* Deletes @n segments (already emptied): out of the manifest, durably,
+ * then their files.  A manifest that cannot be written (a full disk) does
+ * not keep them: the files go anyway, to make room, and the manifest is
+ * written again at once. */
+static void drop_segments(struct kvs_store *s, struct segment **v, size_t n)
+{
+	uint64_t *ids = malloc((n ? n : 1) * sizeof(*ids));
+	char path[4096];
+	int err;
+
+	for (size_t i = 0; i < n; i++) {
+		if (ids)
+			ids[i] = v[i]->id;
+		seg_free(s, v[i]);
+	}
+	err = store_manifest_write(s, false);
+	for (size_t i = 0; ids && i < n; i++) {
+		int uerr;
+
+		seg_path(s, ids[i], path, sizeof(path));
+		uerr = s->io->unlink(s->io->ctx, path);
+		if (uerr)
+			kvs_log(KVS_LOG_WARN, "store: unlink %s: %s", path,
+				strerror(-uerr));
+	}
+	if (err)
+		store_manifest_write(s, false);
+	free(ids);
+}
 
 /* Reads @e's record into a new slot of @set; false if it cannot. */
 static bool carry_add(struct kvs_store *s, struct carry_set *set,
@@ -276,15 +535,12 @@ static bool carry_add(struct kvs_store *s, struct carry_set *set,
 	return true;
 }
 
-/* Empties the oldest segment, keeping in @set the records worth carrying
- * that DRAM does not hold, and deletes it. */
-static void reclaim_oldest(struct kvs_store *s, struct carry_set *set)
+/* Empties @seg, keeping in @set the records worth carrying that DRAM does
+ * not hold; the others become NVMe ghosts. */
+static void evict_segment(struct kvs_store *s, struct segment *seg,
+			  struct carry_set *set)
 {
-	struct segment *seg =
-		list_entry(s->segments.prev, struct segment, link);
-	char path[4096];
 	struct list *l;
-	int err;
 
 	while ((l = list_oldest(&seg->records))) {
 		struct entry *e = list_entry(l, struct entry, nlink);
@@ -308,118 +564,23 @@ static void reclaim_oldest(struct kvs_store *s, struct carry_set *set)
 		s->nghost_n++;
 	}
 	nghost_trim(s);
-	seg_path(s, seg->id, path, sizeof(path));
-	seg_free(s, seg);
-	err = s->io->unlink(s->io->ctx, path);
-	if (err)
-		kvs_log(KVS_LOG_WARN, "store: unlink %s: %s", path,
-			strerror(-err));
-}
-
-int seg_grow(struct kvs_store *s, int fd)
-{
-	off_t len = (off_t)s->opts.segment_size;
-	int err = s->io->fallocate(s->io->ctx, fd, len);
-
-	if (err == -EOPNOTSUPP)
-		err = s->io->ftruncate(s->io->ctx, fd, len);
-	if (err)
-		kvs_log(KVS_LOG_ERR, "store: cannot size a segment in %s: %s",
-			s->dir, strerror(-err));
-	return err;
-}
-
-void seg_trim(struct kvs_store *s, struct segment *seg)
-{
-	int err = s->io->ftruncate(s->io->ctx, seg->fd, (off_t)seg->size);
-
-	if (err)
-		kvs_log(KVS_LOG_WARN, "store: trim segment %llu: %s",
-			(unsigned long long)seg->id, strerror(-err));
-}
-
-static int create_segment(struct kvs_store *s)
-{
-	uint64_t id = s->next_seg_id++;
-	char path[4096];
-	ssize_t n;
-	int fd, err;
-
-	seg_path(s, id, path, sizeof(path));
-	err = nvme_open_file(s, path, true, &fd);
-	if (err)
-		return err;
-	seg_header_encode(id, s->scratch);
-	n = s->io->pwrite(s->io->ctx, fd, s->scratch, SEG_HEADER_SIZE, 0);
-	err = n < 0 ? (int)n : n != SEG_HEADER_SIZE ? -EIO : 0;
-	if (!err)
-		err = seg_grow(s, fd);
-	if (!err)
-		err = s->io->fsync(s->io->ctx, fd);
-	if (!err)
-		err = dir_fsync(s->io, s->dir);
-	if (err)
-		goto remove_file;
-	if (!seg_new(s, id, fd, SEG_HEADER_SIZE)) {
-		err = -ENOMEM;
-		goto remove_file;
-	}
-	return 0;
-remove_file:
-	kvs_log(KVS_LOG_ERR, "store: cannot create segment %s: %s", path,
-		kvs_strerror(err));
-	s->io->close(s->io->ctx, fd);
-	s->io->unlink(s->io->ctx, path);
-	return err;
-}
-
-static int write_at(struct kvs_store *s, struct segment *seg, uint64_t off,
-		    uint8_t *image, uint64_t rec, int buf_index)
-{
-	return record_io(s, seg, KVS_STORE_IO_WRITE, off, image, rec,
-			 buf_index);
-}
-
-static void stamp(struct kvs_store *s, struct entry *e, uint8_t *image,
-		  uint64_t seq)
-{
-	struct rec_header h = {
-		.seq = seq,
-		.length = e->len,
-		.payload_sum = e->psum,
-		.key = e->key,
-	};
-
-	rec_header_encode(&h, image);
 }
 
 /* Re-appends carried records to the (new, empty) head; those that do not
- * fit, or when @write is false, are dropped. */
+ * fit, or when @write is false or a write fails, are dropped. */
 static void write_carries(struct kvs_store *s, struct carry_set *set,
 			  bool write)
 {
-	struct segment *head = head_seg(s);
-
 	for (size_t i = 0; i < set->n; i++) {
 		struct carry *c = &set->v[i];
 		struct entry *e = c->e;
-		uint64_t seq = s->next_seq++;
-		bool kept = false;
+		struct segment *head = head_seg(s);
 
-		if (write && head && e->in_index && !e->seg &&
-		    head->size + c->rec <= s->opts.segment_size) {
-			stamp(s, e, c->image, seq);
-			if (write_at(s, head, head->size, c->image, c->rec,
-				     -1) == 0) {
-				nvme_attach(s, e, head, head->size, seq);
-				s->st.carried++;
-				kept = true;
-			}
-			head->size += c->rec;
-			s->nvme_file_bytes += c->rec;
-			head->dirty = true;
-		}
-		if (!kept && !e->seg)
+		if (write && e->in_index && !e->seg &&
+		    nvme_head_fits(s, c->rec) &&
+		    append(s, head, e, c->image, c->rec, -1) == 0)
+			s->st.carried++;
+		else if (!e->seg)
 			s->st.evictions++;
 		free(c->image);
 		e->pins--;
@@ -430,6 +591,149 @@ static void write_carries(struct kvs_store *s, struct carry_set *set,
 	set->n = set->cap = 0;
 }
 
+/* Bytes the file system lacks for a new segment (0: enough, or unknown). */
+static uint64_t space_short(struct kvs_store *s)
+{
+	uint64_t avail, need = s->opts.segment_size + SPACE_SLACK;
+
+	if (s->io->space(s->io->ctx, s->dir, &avail))
+		return 0;
+	return avail >= need ? 0 : need - avail;
+}
+
+/* Picks the oldest segments to reclaim before one more is created: as
+ * many as capacity demands, then as many as the file system's free space
+ * demands (@short_bytes).  At most @max into @v; their number. */
+static size_t pick_victims(struct kvs_store *s, uint64_t short_bytes,
+			   struct segment **v, size_t max)
+{
+	uint64_t freed = 0;
+	size_t n = 0;
+	struct list *l;
+
+	for (l = s->segments.prev; l != &s->segments && n < max; l = l->prev) {
+		struct segment *seg = list_entry(l, struct segment, link);
+		bool by_count = s->nsegs - n + 1 > s->max_segs;
+
+		if (!by_count && freed >= short_bytes)
+			break;
+		if (seg->pending)
+			break; /* writes in flight: not before they finish */
+		freed += seg_file_bytes(seg);
+		v[n++] = seg;
+	}
+	return n;
+}
+
+/* Reclaims @n segments: their carries read, then out of the manifest and
+ * deleted. */
+static void reclaim(struct kvs_store *s, struct segment **v, size_t n,
+		    struct carry_set *set)
+{
+	for (size_t i = 0; i < n; i++)
+		evict_segment(s, v[i], set);
+	if (n)
+		drop_segments(s, v, n);
+}
+
+/* Creates the next head, reclaiming what capacity and the file system's
+ * free space demand first.  A file system full regardless (ENOSPC though
+ * it said there was room) makes it reclaim one more and try again, once,
+ * when the free space it then reports is short. */
+static int roll_create(struct kvs_store *s, struct carry_set *set)
+{
+	struct segment *v[64];
+	size_t n;
+	int err;
+
+	do {
+		n = pick_victims(s, space_short(s), v, 64);
+		reclaim(s, v, n, set);
+	} while (n == 64);
+	err = create_segment(s);
+	if (is_nospc(err) && s->nsegs > 0 && space_short(s) > 0) {
+		n = pick_victims(s, UINT64_MAX, v, 1);
+		reclaim(s, v, n, set);
+		err = create_segment(s);
+	}
+	return err;
+}
+
+/* Copies the live records of @victim to the head, syncs the head, deletes
+ * @victim.  Stops (keeping @victim) at a failure. */
+static void compact_one(struct kvs_store *s, struct segment *victim)
+{
+	struct segment *head = head_seg(s);
+	uint8_t *buf = NULL;
+	uint64_t buf_len = 0;
+	struct list *l;
+	int err = 0;
+
+	while (!err && (l = list_oldest(&victim->records))) {
+		struct entry *e = list_entry(l, struct entry, nlink);
+		uint64_t rec = record_size(e->len);
+
+		e->pins++;
+		if (e->slot) {
+			/* the DRAM slot holds the record image */
+			err = append(s, head, e, e->slot, rec,
+				     buf_index_of(s, e->slot));
+		} else {
+			if (rec > buf_len) {
+				free(buf);
+				buf_len = 0;
+				if (posix_memalign((void **)&buf,
+						   KVS_STORE_ALIGN, rec)) {
+					buf = NULL;
+					err = -ENOMEM;
+				} else {
+					buf_len = rec;
+				}
+			}
+			if (!err)
+				err = read_record(s, victim, e->off, buf, rec);
+			/* a damaged record is dropped (and counted) by the
+			 * check, not copied */
+			if (!err && (e->rec_checked ||
+				     store_check_read(s, e, buf) == 0))
+				err = append(s, head, e, buf, rec, -1);
+		}
+		e->pins--;
+		entry_maybe_free(s, e);
+	}
+	free(buf);
+	if (err || !list_empty(&victim->records) ||
+	    (head->dirty && seg_sync(s, head)))
+		return;
+	drop_segments(s, &victim, 1);
+	s->st.compactions++;
+}
+
+/* After a roll: the sealed segment with the lowest live ratio, if at most
+ * half its log is live and its records fit the head beside @reserve. */
+static void compact(struct kvs_store *s, uint64_t reserve)
+{
+	struct segment *head = head_seg(s), *best = NULL;
+	struct list *l;
+
+	if (!head)
+		return;
+	for (l = s->segments.prev; l != &s->segments; l = l->prev) {
+		struct segment *seg = list_entry(l, struct segment, link);
+		uint64_t log = seg->size - SEG_HEADER_SIZE;
+
+		if (seg == head || seg->pending || seg->sync_failed ||
+		    seg->live_bytes * 2 > log)
+			continue;
+		if (!best || seg->live_bytes * (best->size - SEG_HEADER_SIZE) <
+				     best->live_bytes * log)
+			best = seg;
+	}
+	if (best && head->size + best->live_bytes + reserve + KVS_STORE_ALIGN <=
+			    s->opts.segment_size)
+		compact_one(s, best);
+}
+
 int nvme_reserve(struct kvs_store *s, uint64_t rec, struct segment **seg,
 		 uint64_t *off)
 {
@@ -437,35 +741,27 @@ int nvme_reserve(struct kvs_store *s, uint64_t rec, struct segment **seg,
 	struct segment *head;
 	int err;
 
-	if (rec + SEG_HEADER_SIZE > s->opts.segment_size) {
+	if (rec + SEG_HEADER_SIZE + KVS_STORE_ALIGN > s->opts.segment_size) {
 		kvs_log(KVS_LOG_ERR,
 			"store: record of %llu bytes exceeds the segment size",
 			(unsigned long long)rec);
 		return -EFBIG;
 	}
+	if (s->next_seq > REC_SEQ_MAX) {
+		kvs_log(KVS_LOG_ERR, "store: sequence numbers exhausted");
+		return -EOVERFLOW;
+	}
 	while (!nvme_head_fits(s, rec)) {
 		head = head_seg(s);
-		if (head) {
-			head->sealed = true;
-			seg_trim(s, head);
-		}
-		while (s->nsegs + 1 > s->max_segs && s->nsegs > 0) {
-			struct segment *old = list_entry(s->segments.prev,
-							 struct segment, link);
-
-			if (old->pending) {
-				/* its writes are still in flight: no room */
-				kvs_log(KVS_LOG_ERR, "store: NVMe tier full, "
-						     "writes in flight");
-				write_carries(s, &set, false);
-				return -EBUSY;
-			}
-			reclaim_oldest(s, &set);
-		}
-		err = create_segment(s);
+		if (head)
+			seg_seal(s, head);
+		err = roll_create(s, &set);
+		if (!err)
+			err = store_manifest_write(s, false);
 		write_carries(s, &set, err == 0);
 		if (err)
 			return err;
+		compact(s, rec);
 	}
 	head = head_seg(s);
 	*seg = head;
@@ -473,23 +769,7 @@ int nvme_reserve(struct kvs_store *s, uint64_t rec, struct segment **seg,
 	head->size += rec;
 	s->nvme_file_bytes += rec;
 	head->dirty = true;
-	return 0;
-}
-
-static int sync_seg(struct kvs_store *s, struct segment *seg)
-{
-	int err = s->io->fdatasync(s->io->ctx, seg->fd);
-
-	if (err) {
-		/* after a failed sync the file's state is unknown: stop
-		 * appending to it and never report it durable */
-		seg->sealed = true;
-		seg->sync_failed = true;
-		kvs_log(KVS_LOG_ERR, "store: fdatasync segment %llu: %s",
-			(unsigned long long)seg->id, strerror(-err));
-		return err;
-	}
-	seg->dirty = false;
+	s->clean_on_disk = false;
 	return 0;
 }
 
@@ -501,7 +781,7 @@ int nvme_sync_dirty(struct kvs_store *s)
 	for (l = s->segments.next; l != &s->segments; l = l->next) {
 		struct segment *seg = list_entry(l, struct segment, link);
 
-		if (seg->dirty && (e2 = sync_seg(s, seg)) && !err)
+		if (seg->dirty && (e2 = seg_sync(s, seg)) && !err)
 			err = e2;
 	}
 	return err;
@@ -521,10 +801,13 @@ int nvme_write_image(struct kvs_store *s, struct entry *e, uint8_t *image,
 	seq = s->next_seq++;
 	stamp(s, e, image, seq);
 	err = write_at(s, seg, off, image, rec, buf_index);
-	if (err)
+	if (err) {
+		nvme_write_failed(s, seg, off, rec);
 		goto unpin;
+	}
+	seg->nrec++;
 	if (dur == KVS_DURABILITY_DURABLE) {
-		err = sync_seg(s, seg);
+		err = seg_sync(s, seg);
 		if (err)
 			goto unpin;
 	}

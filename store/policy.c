@@ -92,7 +92,7 @@ void entry_maybe_free(struct kvs_store *s, struct entry *e)
 	if (e->pins)
 		return;
 	if (e->in_index &&
-	    (e->slot || e->seg || e->dq == DQ_GHOST || e->nghost))
+	    (e->slot || e->seg || e->dq == DQ_GHOST || e->nghost || e->bad))
 		return;
 	if (e->in_index)
 		index_remove(&s->index, e);

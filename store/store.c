@@ -23,7 +23,7 @@
 #include "store_internal.h"
 
 #define DEFAULT_SEGMENT (32ull << 20)
-#define MIN_SEGMENT (256ull << 10)
+#define DEFAULT_LOCK_TIMEOUT_MS 30000
 #define REG_CHUNK (1ull << 30)
 
 void kvs_store_opts_default(struct kvs_store_opts *opts)
@@ -35,6 +35,7 @@ void kvs_store_opts_default(struct kvs_store_opts *opts)
 	opts->queue_depth = 32;
 	opts->write_through = true;
 	opts->create = true;
+	opts->lock_timeout_ms = DEFAULT_LOCK_TIMEOUT_MS;
 }
 
 int kvs_store_key_of(const uint8_t *obj, size_t len, struct kvs_store_key *out)
@@ -84,31 +85,47 @@ int kvs_store_key_parse(const char *text, struct kvs_store_key *out)
 
 static int settle_opts(struct kvs_store *s, const struct kvs_store_opts *o)
 {
+	uint64_t seg;
+
 	if (o)
 		s->opts = *o;
 	else
 		kvs_store_opts_default(&s->opts);
 	io_ops_fill(&s->io_ops, s->opts.io);
 	s->io = &s->io_ops;
+	s->read_only = s->opts.read_only;
 	if (s->opts.queue_depth == 0)
 		s->opts.queue_depth = 32;
-	if (s->opts.segment_size == 0)
-		s->opts.segment_size = DEFAULT_SEGMENT;
-	s->opts.segment_size =
-		s->opts.segment_size / KVS_STORE_ALIGN * KVS_STORE_ALIGN;
-	s->nvme_on = s->opts.nvme_capacity > 0;
-	if (s->nvme_on && s->opts.nvme_capacity / s->opts.segment_size < 2)
-		s->opts.segment_size = s->opts.nvme_capacity / 2 /
-				       KVS_STORE_ALIGN * KVS_STORE_ALIGN;
-	if (s->nvme_on && s->opts.segment_size < MIN_SEGMENT) {
+	seg = s->opts.segment_size ? s->opts.segment_size : DEFAULT_SEGMENT;
+	if (seg < KVS_STORE_SEGMENT_MIN || seg > KVS_STORE_SEGMENT_MAX) {
 		kvs_log(KVS_LOG_ERR,
-			"store: NVMe capacity %llu too small (min %llu)",
-			(unsigned long long)s->opts.nvme_capacity,
-			2 * MIN_SEGMENT);
-		return -EINVAL;
+			"store: segment size %llu out of range [%llu, %llu]",
+			(unsigned long long)seg,
+			(unsigned long long)KVS_STORE_SEGMENT_MIN,
+			(unsigned long long)KVS_STORE_SEGMENT_MAX);
+		return -KVS_EPARAM;
 	}
+	seg = seg / KVS_STORE_ALIGN * KVS_STORE_ALIGN;
+	s->nvme_on = s->opts.nvme_capacity > 0;
+	/* a capacity below two segments takes smaller segments (the
+	 * default's), never below the minimum */
+	if (s->nvme_on && s->opts.nvme_capacity / seg < 2 &&
+	    !s->opts.segment_size)
+		seg = s->opts.nvme_capacity / 2 / KVS_STORE_ALIGN *
+		      KVS_STORE_ALIGN;
+	if (s->nvme_on &&
+	    (seg < KVS_STORE_SEGMENT_MIN || s->opts.nvme_capacity / seg < 2)) {
+		kvs_log(KVS_LOG_ERR,
+			"store: NVMe capacity %llu holds fewer than two "
+			"segments of %llu bytes (at least %llu)",
+			(unsigned long long)s->opts.nvme_capacity,
+			(unsigned long long)seg,
+			(unsigned long long)(2 * KVS_STORE_SEGMENT_MIN));
+		return -KVS_EPARAM;
+	}
+	s->opts.segment_size = seg;
 	if (s->nvme_on)
-		s->max_segs = s->opts.nvme_capacity / s->opts.segment_size;
+		s->max_segs = s->opts.nvme_capacity / seg;
 	return 0;
 }
 
@@ -150,11 +167,83 @@ static void teardown(struct kvs_store *s)
 	if (s->dram_on)
 		dram_fini(&s->dram);
 	free(s->scratch);
-	if (s->lock_fd >= 0)
-		s->io->close(s->io->ctx, s->lock_fd);
+	free(s->missing);
+	store_unlock(s->io, &s->dlock);
 	pthread_mutex_destroy(&s->lock);
 	free(s->dir);
 	free(s);
+}
+
+/* No superblock: a new store, where the directory is empty; otherwise
+ * the reason why not. */
+static int superblock_missing(struct kvs_store *s, const char *dir)
+{
+	struct dir_listing ls;
+	int err = dir_list(s->io, dir, &ls);
+
+	if (err)
+		return err;
+	/* a manifest alone is a creation a crash cut short: created again */
+	if (ls.segs.n) {
+		kvs_log(KVS_LOG_ERR,
+			"store: %s holds segments but no superblock; "
+			"'kvstash store fsck --repair' rebuilds it",
+			dir);
+		err = -KVS_EHDRSUM;
+	} else if (!s->opts.create || s->read_only) {
+		kvs_log(KVS_LOG_ERR, "store: no store at %s", dir);
+		err = -ENOENT;
+	} else if (ls.others) {
+		kvs_log(KVS_LOG_ERR,
+			"store: %s holds other files and no kvstash store: "
+			"refusing to create one there",
+			dir);
+		err = -ENOTEMPTY;
+	} else {
+		/* a new store: an empty manifest, then the superblock that
+		 * says a store is here */
+		s->format_version = KVS_STORE_FORMAT_VERSION;
+		err = store_manifest_write(s, false);
+		if (!err)
+			err = superblock_write(s->io, dir);
+	}
+	dir_listing_free(&ls);
+	return err;
+}
+
+static int open_superblock(struct kvs_store *s, const char *dir)
+{
+	struct sb_state sb;
+	int err = superblock_read(s->io, dir, &sb);
+
+	if (err == -ENOENT)
+		return superblock_missing(s, dir);
+	if (err)
+		return err;
+	s->format_version = sb.version;
+	/* one damaged copy: rewritten from the good one */
+	if (sb.copies_bad && !s->read_only && sb.version == 2)
+		return superblock_write(s->io, dir);
+	return 0;
+}
+
+/* A format-1 store opened for writing becomes format 2: recovery wrote
+ * its manifest; the superblock follows. */
+static int upgrade(struct kvs_store *s)
+{
+	int err;
+
+	if (s->format_version == KVS_STORE_FORMAT_VERSION || s->read_only)
+		return 0;
+	err = superblock_write(s->io, s->dir);
+	if (err)
+		return err;
+	kvs_log(KVS_LOG_WARN,
+		"store: %s upgraded from store format %u to %u (older "
+		"kvstash versions no longer open it)",
+		s->dir, s->format_version, KVS_STORE_FORMAT_VERSION);
+	s->format_version = KVS_STORE_FORMAT_VERSION;
+	return 0;
 }
 
 int kvs_store_open(const char *dir, const struct kvs_store_opts *opts,
@@ -165,7 +254,7 @@ int kvs_store_open(const char *dir, const struct kvs_store_opts *opts,
 
 	if (!s)
 		return -ENOMEM;
-	s->lock_fd = -1;
+	s->dlock.fd = s->dlock.legacy_fd = -1;
 	pthread_mutex_init(&s->lock, NULL);
 	list_init(&s->small);
 	list_init(&s->main);
@@ -182,10 +271,12 @@ int kvs_store_open(const char *dir, const struct kvs_store_opts *opts,
 		err = -ENOMEM;
 	if (err)
 		goto fail;
-	err = store_lock(s->io, dir, s->opts.create, &s->lock_fd);
+	err = store_lock(s->io, dir, !s->read_only,
+			 s->opts.create && !s->read_only,
+			 s->opts.lock_timeout_ms, &s->dlock);
 	if (err)
 		goto fail;
-	err = superblock_check(s->io, dir, s->opts.create);
+	err = open_superblock(s, dir);
 	if (err)
 		goto fail;
 	s->direct = !s->opts.buffered_io;
@@ -204,6 +295,8 @@ int kvs_store_open(const char *dir, const struct kvs_store_opts *opts,
 	}
 	if (s->nvme_on) {
 		err = recover(s);
+		if (!err)
+			err = upgrade(s);
 		if (err)
 			goto fail;
 	}
@@ -258,24 +351,43 @@ static void spill_all(struct kvs_store *s)
 	free(d.v);
 }
 
-void kvs_store_close(struct kvs_store *store)
+/* At a clean close: the head's records synced, its preallocation cut,
+ * and the manifest told so, so that the next open need not check them. */
+static void close_nvme(struct kvs_store *s)
+{
+	struct segment *head;
+	int err;
+
+	spill_all(s);
+	err = nvme_sync_dirty(s);
+	head = head_seg(s);
+	if (head) {
+		seg_trim(s, head);
+		if (!err && head->unsynced)
+			err = seg_sync(s, head);
+	}
+	if (!err && !s->clean_on_disk)
+		store_manifest_write(s, true);
+}
+
+int kvs_store_close(struct kvs_store *store)
 {
 	if (!store)
-		return;
+		return 0;
 	pthread_mutex_lock(&store->lock);
-	if (store->nvme_on) {
-		spill_all(store);
-		nvme_sync_dirty(store);
-		if (!list_empty(&store->segments)) {
-			struct segment *head = list_entry(store->segments.next,
-							  struct segment, link);
-
-			if (!head->sealed)
-				seg_trim(store, head);
-		}
+	if (store->nrefs) {
+		kvs_log(KVS_LOG_ERR,
+			"store: close of %s refused: %llu references from "
+			"gets are still held",
+			store->dir, (unsigned long long)store->nrefs);
+		pthread_mutex_unlock(&store->lock);
+		return -EBUSY;
 	}
+	if (store->nvme_on && !store->read_only)
+		close_nvme(store);
 	pthread_mutex_unlock(&store->lock);
 	teardown(store);
+	return 0;
 }
 
 /* ---- put ------------------------------------------------------------- */
@@ -332,7 +444,8 @@ static int entry_for_put(struct kvs_store *s, const struct kvs_store_key *key,
 	return 0;
 }
 
-/* Places one object in DRAM (and/or a bounce image); pins the entry. */
+/* Places one object in DRAM (and/or a bounce image); pins the entry.
+ * @need_write: the put asks for WRITTEN or more. */
 static int stage_one(struct kvs_store *s, const uint8_t *obj, size_t len,
 		     bool need_write, struct pending *p)
 {
@@ -388,17 +501,23 @@ static int stage_one(struct kvs_store *s, const uint8_t *obj, size_t len,
 	 * newest record).  Only a record known whole: recovery checks only
 	 * the headers of older segments (a power cut may have torn the
 	 * rest), so such a one is read back and checked first, and dropped
-	 * if it fails.  A DURABLE put is then served by the sync that ends
-	 * the batch; kept_check() writes it after all if the batch reclaims
-	 * it.  Not after a failed sync of its segment, which no later sync
-	 * vouches for.  The put counts as a use. */
-	if (e->seg && nvme_check_record(s, e))
-		nvme_detach(s, e);
-	p->kept = need_write && e->seg && !e->seg->sync_failed;
+	 * if it fails (a record that cannot be read now is not kept: a new
+	 * one is written).  A DURABLE put is then served by the sync that
+	 * ends the batch (or a later kvs_store_sync): when the record may
+	 * have been written by an earlier process that nothing synced since,
+	 * its segment is made dirty so that the sync includes it.
+	 * kept_check() writes it after all if the batch reclaims it.  Not
+	 * after a failed sync of its segment, which no later sync vouches
+	 * for.  The put counts as a use. */
+	p->kept = need_write && e->seg && nvme_check_record(s, e) == 0 &&
+		  e->seg && !e->seg->sync_failed;
+	if (p->kept && e->seg->unsynced)
+		e->seg->dirty = true;
 	if (p->kept && e->nfreq < 3)
 		e->nfreq++;
 	e->len = (uint32_t)len;
 	e->psum = psum;
+	e->bad = false;
 	if (!p->owned) {
 		e->slot = image;
 		e->cls = cls;
@@ -441,12 +560,18 @@ static void reap(struct kvs_store *s, struct pending *p, size_t n, int *results)
 							: 0;
 		q->seg->pending--;
 		if (r) {
-			kvs_log(KVS_LOG_ERR,
-				"store: write segment %llu at %llu: %s",
-				(unsigned long long)q->seg->id,
-				(unsigned long long)q->off, kvs_strerror(r));
+			if (!s->nospc_logged || r != -ENOSPC)
+				kvs_log(KVS_LOG_ERR,
+					"store: write segment %llu at %llu: %s",
+					(unsigned long long)q->seg->id,
+					(unsigned long long)q->off,
+					kvs_strerror(r));
+			s->nospc_logged |= r == -ENOSPC;
+			/* no hole left behind; the head takes no more */
+			nvme_write_failed(s, q->seg, q->off, q->req.len);
 			results[q->i] = r;
 		} else {
+			q->seg->nrec++;
 			nvme_attach(s, q->e, q->seg, q->off, q->seq);
 			q->e->rec_checked = true;
 		}
@@ -540,6 +665,16 @@ int kvs_store_put_batch(struct kvs_store *store, const uint8_t *const *objs,
 	size_t np = 0;
 	int first_err = 0, err;
 
+	if ((int)durability < KVS_DURABILITY_MEMORY ||
+	    (int)durability > KVS_DURABILITY_DURABLE) {
+		kvs_log(KVS_LOG_ERR, "store: durability %d is not a level",
+			(int)durability);
+		return -KVS_EPARAM;
+	}
+	if (s->read_only) {
+		kvs_log(KVS_LOG_ERR, "store: %s is open read-only", s->dir);
+		return -EROFS;
+	}
 	if (durability < KVS_DURABILITY_WRITTEN &&
 	    (s->opts.write_through || !s->dram_on))
 		durability = KVS_DURABILITY_WRITTEN;

@@ -1,12 +1,17 @@
 /*
  * store_internal.h - private structures of the store engine.
  *
- *   format.c   on-disk encodings: superblock, segment header, record header
+ *   format.c   on-disk encodings (pure): superblock, segment header and
+ *              footer, record header, manifest, segment names
+ *   dir.c      the store directory: lock, superblock, listing, leftovers
+ *   manifest.c the manifest: load, publish, built from the segments held
+ *   walk.c     walking one segment's log in bounded reads (recovery of
+ *              the newest segment, fsck): verdicts good, corrupt, torn
  *   io.c       default ops table: system calls and the io_uring engine
  *   dram.c     the DRAM arena: slabs split into size-classed slots
  *   index.c    hash table from key to entry, intrusive lists
  *   policy.c   S3-FIFO queues of the DRAM tier, ghost bookkeeping
- *   nvme.c     segments: create, append, read, reclaim (cleaning)
+ *   nvme.c     segments: create, append, seal, read, reclaim, compact
  *   recover.c  rebuild the index from the segments at open
  *   store.c    public API: open/close, put, get, lookup, stats
  *   fsck.c     offline check and repair
@@ -27,8 +32,21 @@
 #define REC_HEADER_SIZE KVS_STORE_RECORD_HEADER
 #define STORE_MAX_OBJECT (64u << 20)
 #define SUPERBLOCK_NAME "KVSTASH"
-#define LOCK_NAME "LOCK"
+#define MANIFEST_NAME "MANIFEST"
+#define LEGACY_LOCK_NAME "LOCK" /* taken by store format 1 */
 #define RING_MIN 64u /* ring entries, and recovery's depth */
+#define SEG_LAYOUT_VERSION 1 /* segment header, footer, record header */
+#define REC_SEQ_MAX ((1ull << 63) - 1)
+#define SB_SIZE 64u
+#define SB_COPY_OFF 4096u /* second copy of the superblock */
+#define SB_FILE_SIZE (SB_COPY_OFF + SB_SIZE)
+#define MANIFEST_VERSION 1
+#define MANIFEST_HEADER 64u
+#define MANIFEST_RUN 16u
+#define MANIFEST_MAX_RUNS (1u << 24)
+#define MANIFEST_NO_HEAD UINT64_MAX
+#define MANIFEST_CLEAN 0x1u /* the head was closed cleanly */
+#define RESYNC_CHUNK (1u << 20) /* bulk reads while skipping damage */
 
 /* Bytes of the record holding an object of @len bytes. */
 static inline uint64_t record_size(uint64_t len)
@@ -99,12 +117,64 @@ uint64_t payload_copy_checksum(uint8_t *dst, const uint8_t *src, size_t len);
 const char *rec_check_name(int err);
 
 void seg_header_encode(uint64_t id, uint8_t *buf);
-/* 0, -KVS_EMAGIC, -KVS_EVERSION or -KVS_EHDRSUM; *id on success. */
+/* 0, -KVS_EMAGIC, -KVS_EHDRSUM or -KVS_EVERSION; *id on success. */
 int seg_header_decode(const uint8_t *buf, uint64_t *id);
 
-/* Superblock: checks or creates @dir/KVSTASH. */
-int superblock_check(const struct kvs_store_io_ops *io, const char *dir,
-		     bool create);
+/* The last page of a sealed segment: where its log ends, how many
+ * records it holds (a segment cut short has lost it). */
+struct seg_footer {
+	uint64_t id;
+	uint64_t end; /* offset of the footer page: the log end */
+	uint32_t records;
+};
+
+void seg_footer_encode(const struct seg_footer *f, uint8_t *page);
+/* 0, -KVS_EMAGIC, -KVS_EHDRSUM, -KVS_EVERSION or -KVS_EBOUNDS. */
+int seg_footer_decode(const uint8_t *page, struct seg_footer *out);
+
+/* One superblock copy (SB_SIZE bytes) of the current format. */
+void sb_encode(uint8_t *buf);
+/* 0 and *@version, -KVS_EMAGIC, -KVS_EHDRSUM, or -KVS_EVERSION (a
+ * version this code does not know, with a valid checksum). */
+int sb_decode(const uint8_t *buf, uint32_t *version);
+
+/* Segment ids [first, end). */
+struct id_run {
+	uint64_t first, end;
+};
+
+/* The manifest: which segments exist (runs of ids), the next id to use,
+ * the head and, when it was closed cleanly, its log end and records. */
+struct manifest {
+	uint32_t flags; /* MANIFEST_CLEAN */
+	uint64_t generation;
+	uint64_t next_id; /* every id below was used */
+	uint64_t head_id; /* MANIFEST_NO_HEAD when none */
+	uint64_t head_length; /* with MANIFEST_CLEAN */
+	uint32_t head_records; /* with MANIFEST_CLEAN */
+	uint32_t nruns;
+	struct id_run *runs; /* malloc'd: the segments */
+	/* the segments with no footer, rightly: the head, those whose seal
+	 * failed, those of format 1; every other one must end with its
+	 * footer (else it was cut short) */
+	uint32_t nbare;
+	struct id_run *bare; /* malloc'd with runs (one array) */
+};
+
+size_t manifest_encoded_size(uint32_t nruns, uint32_t nbare);
+void manifest_encode(const struct manifest *m, uint8_t *buf);
+/* 0 (out->runs malloc'd, out->bare inside it: free out->runs),
+ * -KVS_EMAGIC, -KVS_EHDRSUM, -KVS_EVERSION, -KVS_EBOUNDS or -ENOMEM. */
+int manifest_decode(const uint8_t *buf, size_t len, struct manifest *out);
+bool manifest_has(const struct manifest *m, uint64_t id);
+/* Whether the manifest lists @id as a sealed segment that must end with
+ * its footer. */
+bool manifest_wants_footer(const struct manifest *m, uint64_t id);
+/* Appends @id (ascending) to @runs, which has room. */
+void id_runs_add(struct id_run *runs, uint32_t *n, uint64_t id);
+/* Whether the 8 bytes at @p are the magic of the superblock, a segment
+ * header or a manifest (what the store's temporary files start with). */
+bool store_magic(const uint8_t *p);
 
 /* Check of a record image: header, record checksum over every object
  * byte, kvs_object_verify(@verify_flags) and the object's key; @check_out
@@ -115,17 +185,150 @@ int record_verify(const uint8_t *rec, size_t avail,
 		  const struct kvs_store_key *expect, unsigned verify_flags,
 		  struct rec_header *out, const char **check_out);
 
-int dir_fsync(const struct kvs_store_io_ops *io, const char *dir);
-/* seg-<16 hex>.kvs; parses back, 0 or -EINVAL. */
+/* seg-<16 hex>.kvs; parses back exactly, 0 or -EINVAL. */
 void seg_name(uint64_t id, char out[32]);
 int seg_name_parse(const char *name, uint64_t *id);
-/* Sorted segment ids found in @dir (malloc'd); 0 or -errno, logged. */
-int seg_list(const struct kvs_store_io_ops *io, const char *dir, uint64_t **ids,
-	     size_t *n);
-/* With @create, makes @dir; opens @dir/LOCK and takes it (waiting).
- * 0 and *@fd_out, or -errno (logged; -ENOENT: no store there). */
-int store_lock(const struct kvs_store_io_ops *io, const char *dir, bool create,
-	       int *fd_out);
+/* seg-<16 hex>.kvs.tmp (fsck --repair's temporary files). */
+int seg_tmp_name_parse(const char *name, uint64_t *id);
+
+/* ---- the store directory (dir.c) ------------------------------------- */
+
+int dir_fsync(const struct kvs_store_io_ops *io, const char *dir);
+
+/* A locked store directory. */
+struct store_lock {
+	int fd; /* the directory, flock()ed */
+	int legacy_fd; /* LOCK of a format-1 store, or -1 */
+};
+
+/*
+ * store_lock - lock @dir (exclusively, or shared with readers), waiting
+ * up to @timeout_ms (< 0: for ever) and logging the wait with the
+ * holder's pid.  With @create, makes @dir first (and fsyncs its parent).
+ * 0 and *@out, -ENOENT (no such directory), -EBUSY (timed out), or
+ * -errno; logged.
+ */
+int store_lock(const struct kvs_store_io_ops *io, const char *dir,
+	       bool exclusive, bool create, int timeout_ms,
+	       struct store_lock *out);
+void store_unlock(const struct kvs_store_io_ops *io, struct store_lock *l);
+
+/* A growing array of segment ids. */
+struct id_vec {
+	uint64_t *v;
+	size_t n, cap;
+};
+
+/* 0 or -ENOMEM. */
+int id_vec_push(struct id_vec *vec, uint64_t id);
+
+/* What a directory holds, by the store's names. */
+struct dir_listing {
+	struct id_vec segs; /* sorted ids of seg-<id>.kvs */
+	struct id_vec tmps; /* ids of seg-<id>.kvs.tmp */
+	bool superblock, manifest, superblock_tmp, manifest_tmp;
+	size_t others; /* names the store does not use (".", ".." aside) */
+};
+
+/* 0 and *@out (free with dir_listing_free), or -errno (logged: a partial
+ * listing never counts). */
+int dir_list(const struct kvs_store_io_ops *io, const char *dir,
+	     struct dir_listing *out);
+void dir_listing_free(struct dir_listing *l);
+
+/* The superblock's state. */
+struct sb_state {
+	uint32_t version; /* of the good copy (or copies) */
+	int copies_bad; /* 0, 1 or 2 */
+	bool missing; /* no KVSTASH file */
+};
+
+/* Reads both copies of @dir/KVSTASH.  0 when at least one is good;
+ * -ENOENT when there is no file; -KVS_EVERSION when a good copy is of a
+ * newer format; -KVS_EHDRSUM when no copy is good.  Logs. */
+int superblock_read(const struct kvs_store_io_ops *io, const char *dir,
+		    struct sb_state *out);
+/* Publishes a superblock of the current format (both copies): write ->
+ * fsync -> rename -> fsync of the directory.  0 or -errno, logged. */
+int superblock_write(const struct kvs_store_io_ops *io, const char *dir);
+
+/* Whether @path (a .tmp the store may have left) is provably the
+ * store's: empty, all zeros, or starting with one of its magics. */
+bool leftover_is_ours(const struct kvs_store_io_ops *io, const char *path);
+/* Whether bytes [@from, @size) of the file are all zeros, skipping holes
+ * (@from 4096-aligned; the file may be open with O_DIRECT). */
+int file_is_zero(const struct kvs_store_io_ops *io, int fd, uint64_t from,
+		 uint64_t size, bool *zero);
+
+/* ---- the manifest (manifest.c) --------------------------------------- */
+
+/* Reads @dir/MANIFEST: 0 and *@out (free out->runs), -ENOENT, or the
+ * decoding error (logged). */
+int manifest_load(const struct kvs_store_io_ops *io, const char *dir,
+		  struct manifest *out);
+/* Publishes @m: write -> fsync -> rename -> fsync of the directory. */
+int manifest_store(const struct kvs_store_io_ops *io, const char *dir,
+		   const struct manifest *m);
+/* Publishes the store's manifest: its segments (and the missing ones),
+ * its head, and with @clean the head's log end and records (closed
+ * cleanly: nothing was written after).  0 or -errno, logged. */
+struct kvs_store;
+int store_manifest_write(struct kvs_store *s, bool clean);
+
+/* ---- walking a segment (walk.c) -------------------------------------- */
+
+enum walk_kind {
+	WALK_RECORD, /* a record (status good, corrupt or torn) */
+	WALK_DAMAGE, /* pages that hold no record (corrupt or torn) */
+	WALK_FOOTER, /* the footer: the log ends */
+};
+
+struct walk_item {
+	enum walk_kind kind;
+	enum kvs_fsck_status status;
+	uint64_t off, len;
+	const char *check; /* failed check, NULL when good */
+	bool has_header; /* @h is valid */
+	struct rec_header h;
+	const uint8_t *rec; /* the record image (good records) */
+	struct seg_footer footer; /* WALK_FOOTER */
+};
+
+/* How a walk ended. */
+struct walk_end {
+	uint64_t log_end; /* after the last record, damage or the footer */
+	uint32_t records; /* with a valid header (good or not) */
+	bool footer; /* found its footer */
+	bool damaged; /* a corrupt or torn verdict */
+};
+
+/*
+ * seg_walk - walks the log of segment @id (@fd, @size bytes) from its
+ * first record, each record read whole and verified (@verify_flags of
+ * kvs_object_verify), pages that hold no record skipped in bounded reads
+ * (holes skipped by seek_data), calling @cb on each item in order; stops
+ * at its footer or the end of the file.  A record failing its checks is
+ * "torn" when it is the last one of an unsealed log (a crash cut it
+ * short), else "corrupt"; pages holding no record are "torn" when all
+ * zeros (never written) or when they run to the end of the file, else
+ * "corrupt"; zeros to the end are the unused rest of the file.  @cb
+ * returning non-zero stops the walk with that value.  0, or -errno of a
+ * read (logged).
+ */
+int seg_walk(const struct kvs_store_io_ops *io, int fd, uint64_t id,
+	     uint64_t size, unsigned verify_flags,
+	     int (*cb)(void *arg, const struct walk_item *it), void *arg,
+	     struct walk_end *end);
+
+/*
+ * resync - from the page at @from (not a record), reads ahead in chunks of
+ * RESYNC_CHUNK into @bulk (skipping holes) to the next page that is a
+ * valid record header or a footer of segment @id: *@found (its offset)
+ * or @size when none; *@zero whether everything skipped was zeros.
+ */
+int resync(const struct kvs_store_io_ops *io, int fd, uint64_t id,
+	   uint64_t from, uint64_t size, uint8_t *bulk, uint64_t *found,
+	   bool *zero);
 
 /* ---- io_uring engine (io.c) ------------------------------------------ */
 
@@ -218,6 +421,9 @@ struct entry {
 			   * only the headers of older segments) */
 	uint8_t nfreq;
 	bool nghost;
+	/* the key's newest record failed a check (dropped, counted): gets
+	 * say -KVS_ECORRUPT rather than -KVS_ENOTFOUND until a new put */
+	bool bad;
 	struct list nlink; /* seg->records, or the NVMe ghost queue */
 };
 
@@ -242,15 +448,20 @@ void index_each(struct index *ix, void (*fn)(void *arg, struct entry *e),
 struct segment {
 	uint64_t id;
 	int fd;
-	uint64_t size; /* bytes written (next append offset) */
+	uint64_t size; /* log end: bytes written (next append offset) */
 	uint64_t live_bytes;
 	uint64_t live_count;
+	uint32_t nrec; /* records in the log, live or not (the footer's) */
 	struct list records; /* entries whose newest record is here */
 	struct list link; /* store's segment list, oldest first */
 	uint32_t pending; /* writes started, not yet attached */
 	bool sealed; /* no more appends */
+	bool footer; /* ends with its footer */
 	bool dirty; /* written since the last fdatasync */
 	bool sync_failed; /* an fdatasync failed: never durable */
+	bool write_failed; /* a record write failed: sealed at the next roll */
+	bool unsynced; /* may hold writes of an earlier process that nothing
+			* synced since (every segment found at open) */
 };
 
 /* ---- the store (store.c) --------------------------------------------- */
@@ -258,8 +469,10 @@ struct segment {
 struct kvs_store {
 	pthread_mutex_t lock;
 	char *dir;
-	int lock_fd;
+	struct store_lock dlock;
 	struct kvs_store_opts opts;
+	bool read_only;
+	uint32_t format_version; /* of the superblock found (1 or 2) */
 	const struct kvs_store_io_ops *io; /* &io_ops */
 	struct kvs_store_io_ops io_ops; /* opts.io, NULLs filled */
 	struct kvs_store_ring *ring;
@@ -284,8 +497,17 @@ struct kvs_store {
 	uint64_t nvme_objects, nvme_obj_bytes, nvme_file_bytes;
 	struct list nghost; /* NVMe ghosts, oldest at the tail */
 	uint64_t nghost_n;
-	uint8_t *scratch; /* aligned bounce buffer, one record */
-	uint64_t scratch_len;
+	uint8_t *scratch; /* aligned bounce buffer, one page */
+	/* the manifest as last read or published: missing ids stay listed
+	 * (reported at every open) until fsck --repair */
+	bool manifest_ok; /* a manifest is in force (format 2) */
+	uint64_t manifest_gen;
+	uint64_t *missing; /* ids the manifest lists, with no file */
+	size_t nmissing;
+	bool nospc_logged; /* one message per full-disk episode */
+	bool clean_on_disk; /* the manifest says the head is closed cleanly
+			     * and nothing was written since */
+	uint64_t nrefs; /* references handed out by gets, not released */
 	struct kvs_store_stats st;
 };
 
@@ -303,6 +525,12 @@ void entry_maybe_free(struct kvs_store *s, struct entry *e);
 
 /* nvme.c */
 void seg_path(const struct kvs_store *s, uint64_t id, char *out, size_t n);
+/* Seals @seg: its footer after the log end, cut there, fdatasync.  Nothing
+ * may be in flight to it.  A failure is logged (the segment is sealed
+ * without a proof of its length). */
+void seg_seal(struct kvs_store *s, struct segment *seg);
+/* The head segment (unsealed, newest), or NULL. */
+struct segment *head_seg(struct kvs_store *s);
 int nvme_open_file(struct kvs_store *s, const char *path, bool create,
 		   int *fd_out);
 /* Tries O_DIRECT on the superblock at open, so that the fallback to
@@ -322,10 +550,16 @@ void nvme_detach(struct kvs_store *s, struct entry *e);
 /* 0 if @e's record is known whole, else reads it back and checks it:
  * 0, or the error (a record failing the check is dropped, counted). */
 int nvme_check_record(struct kvs_store *s, struct entry *e);
+/* A write of @rec bytes at @off of @seg failed: the reservation is taken
+ * back if it was the last, and @seg takes no more records. */
+void nvme_write_failed(struct kvs_store *s, struct segment *seg, uint64_t off,
+		       uint64_t rec);
 /* Writes one record image synchronously to a fresh place. */
 int nvme_write_image(struct kvs_store *s, struct entry *e, uint8_t *image,
 		     int buf_index, enum kvs_durability dur);
 int nvme_sync_dirty(struct kvs_store *s);
+/* fdatasync of @seg; a failure seals it for good (never durable). */
+int seg_sync(struct kvs_store *s, struct segment *seg);
 /* Preallocates a head segment file to the segment size. */
 int seg_grow(struct kvs_store *s, int fd);
 /* Cuts a segment file back to its log end. */
@@ -337,6 +571,9 @@ int buf_index_of(struct kvs_store *s, const uint8_t *p);
 
 /* recover.c */
 int recover(struct kvs_store *s);
+/* Indexes a record of @seg found at @off (newest sequence number wins). */
+int index_record(struct kvs_store *s, struct segment *seg, uint64_t off,
+		 const struct rec_header *h);
 
 /* Checks @rec of @e read from NVMe; on failure drops it and counts. */
 int store_check_read(struct kvs_store *s, struct entry *e, const uint8_t *rec);

@@ -5,12 +5,18 @@
  * A process opens a store directory directly (like SQLite); the daemon of a
  * later issue puts the same engine behind the network.  Layout of a store
  * directory, details in store/README.md:
- *   KVSTASH          superblock: magic + store format version (published by
- *                    write -> fsync -> rename -> fsync of the directory)
- *   LOCK             flock()ed by the process that has the store open
+ *   KVSTASH          superblock: magic + store format version, two copies
+ *                    (published by write -> fsync -> rename -> fsync of the
+ *                    directory)
+ *   MANIFEST         which segments exist, and whether the head was closed
+ *                    cleanly (same publication), so that a segment deleted
+ *                    or cut short is reported, never silently lost
  *   seg-<id>.kvs     log segments: a 4096-byte segment header, then records,
  *                    each [128-byte record header][object][zero pad] padded
- *                    to 4096 bytes.
+ *                    to 4096 bytes; a sealed segment ends with a footer page
+ *                    (its length and record count).
+ * The directory itself is flock()ed: exclusively by a writer, shared by
+ * read-only opens (opts.read_only).
  *
  * The key of an object is (span id = header ident.block_id, layer).
  * The DRAM tier lives only as long as the process: the persistent state is
@@ -27,7 +33,9 @@
  *                           created): survives kill -9 and power loss.
  *
  * All functions are thread safe (one mutex per store); a reference returned
- * by a get pins its bytes until released.
+ * by a get pins its bytes until released, and the store cannot be closed
+ * while one is held.  store/README.md ("Guarantees") states the promises
+ * in full.
  */
 #ifndef KVSTASH_STORE_H
 #define KVSTASH_STORE_H
@@ -35,6 +43,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "kvstash/kvformat.h"
@@ -43,7 +52,7 @@
 extern "C" {
 #endif
 
-#define KVS_STORE_FORMAT_VERSION 1
+#define KVS_STORE_FORMAT_VERSION 2 /* 1: no manifest, one superblock */
 #define KVS_STORE_ALIGN 4096u /* record and I/O alignment */
 #define KVS_STORE_RECORD_HEADER 128u /* bytes before the object */
 #define KVS_STORE_KEY_TEXT 76 /* "64 hex:layer" + NUL, max */
@@ -93,9 +102,10 @@ struct kvs_store_ring; /* io_uring engine, opaque */
  * at least @min started requests to finish, sets their res and done, and
  * returns how many finished.  Without io_uring @start runs the request at
  * once.  Directory housekeeping goes through it too: @mkdir (creating a
- * store), @open and @lock (the LOCK file), @list (finding segments).  A
- * NULL member means the default's (tables written before a member was
- * added keep working).
+ * store), @open and @lock (the directory's flock), @list (finding
+ * segments), @stat, @space (free bytes, before a segment is created) and
+ * @seek_data (skipping holes).  A NULL member means the default's (tables
+ * written before a member was added keep working).
  */
 struct kvs_store_io_ops {
 	int (*open)(void *ctx, const char *path, int flags, mode_t mode);
@@ -111,11 +121,20 @@ struct kvs_store_io_ops {
 	int (*rename)(void *ctx, const char *from, const char *to);
 	int (*unlink)(void *ctx, const char *path);
 	int (*mkdir)(void *ctx, const char *path, mode_t mode);
-	int (*lock)(void *ctx, int fd); /* flock(LOCK_EX), waits */
+	/* flock(@exclusive ? LOCK_EX : LOCK_SH) without waiting: 0,
+	 * -EWOULDBLOCK while another process holds it, or -errno */
+	int (*lock)(void *ctx, int fd, bool exclusive);
 	/* Calls @fn with each name in @dir until it returns non-zero (then
 	 * returned); 0 when all were seen, or -errno of opendir/readdir. */
 	int (*list)(void *ctx, const char *dir,
 		    int (*fn)(void *arg, const char *name), void *arg);
+	/* stat(@path), or fstat(@fd) when @path is NULL */
+	int (*stat)(void *ctx, const char *path, int fd, struct stat *out);
+	/* f_bavail * f_frsize of the file system holding @dir */
+	int (*space)(void *ctx, const char *dir, uint64_t *avail);
+	/* lseek(SEEK_DATA): the first data at or after @off in *@out, or
+	 * -ENXIO when only a hole (zeros) follows */
+	int (*seek_data)(void *ctx, int fd, uint64_t off, uint64_t *out);
 	int (*start)(void *ctx, struct kvs_store_ring *ring,
 		     struct kvs_store_io_req *req);
 	int (*complete)(void *ctx, struct kvs_store_ring *ring, unsigned min);
@@ -127,34 +146,58 @@ const struct kvs_store_io_ops *kvs_store_io_default(void);
 
 /* ---- open / close ---------------------------------------------------- */
 
+#define KVS_STORE_SEGMENT_MIN (256ull << 10)
+#define KVS_STORE_SEGMENT_MAX (1ull << 40)
+
 struct kvs_store_opts {
 	uint64_t dram_capacity; /* bytes of DRAM arena; 0 = no DRAM tier */
 	uint64_t nvme_capacity; /* bytes of segment files; 0 = no NVMe tier */
-	uint64_t segment_size; /* bytes per segment file; 0 = default */
+	/* bytes per segment file, in [KVS_STORE_SEGMENT_MIN,
+	 * KVS_STORE_SEGMENT_MAX] (rounded down to 4096); 0 = default */
+	uint64_t segment_size;
 	unsigned queue_depth; /* io_uring depth; 0 = default (32) */
 	bool write_through; /* every put at least WRITTEN */
 	bool create; /* create the directory/store if missing */
 	bool buffered_io; /* do not even try O_DIRECT */
+	/* open for reading: nothing in the directory is created or changed
+	 * (works on read-only media), the lock is shared with other readers,
+	 * puts fail with -EROFS */
+	bool read_only;
+	/* how long to wait for another process's lock, in ms: 0 = not at all,
+	 * < 0 = for ever; the wait is logged with the holder's pid */
+	int lock_timeout_ms;
 	const struct kvs_store_io_ops *io; /* NULL = kvs_store_io_default() */
+	/* called now and then during a long recovery or fsck scan with the
+	 * segment bytes scanned so far and in all; may be NULL */
+	void (*progress)(void *arg, uint64_t done, uint64_t total);
+	void *progress_arg;
 };
 
 /* Defaults: 256 MiB DRAM, 4 GiB NVMe, 32 MiB segments, QD 32,
- * write-through, create. */
+ * write-through, create, a lock timeout of 30 s. */
 void kvs_store_opts_default(struct kvs_store_opts *opts);
 
 /*
  * kvs_store_open - open (and with opts->create, create) the store in @dir,
- * recovering the index from its segments.  Waits for another process that
- * has it open.  Returns 0 and *@out (owned by the caller, release with
- * kvs_store_close), -KVS_EVERSION for a store written by a newer format,
- * -ENOENT for a missing store without create, or another -errno.
+ * recovering the index from its segments.  A new store is created only in
+ * a missing or empty directory.  Waits up to opts->lock_timeout_ms for
+ * another process that has it open.  Returns 0 and *@out (owned by the
+ * caller, release with kvs_store_close), -KVS_EPARAM for options out of
+ * range, -KVS_EVERSION for a store written by a newer format, -ENOENT for
+ * a missing store without create, -ENOTEMPTY for a directory that holds
+ * other files and no store, -EBUSY when the lock was not obtained in
+ * time, -KVS_EHDRSUM for a superblock damaged beyond its second copy (see
+ * kvs_store_fsck), or another -errno.
  */
 int kvs_store_open(const char *dir, const struct kvs_store_opts *opts,
 		   struct kvs_store **out);
 
-/* Spills DRAM-only objects to the NVMe tier, syncs, frees.  Fails (and
- * logs) only by losing memory-level objects.  NULL is a no-op. */
-void kvs_store_close(struct kvs_store *store);
+/* Spills DRAM-only objects to the NVMe tier, syncs, marks the store
+ * closed cleanly, frees.  Refuses (-EBUSY, logged; the store stays open
+ * and usable) while references from gets are held: release them first.
+ * Otherwise 0 (a failure to spill or sync is logged: memory-level objects
+ * may be lost, nothing acknowledged WRITTEN or DURABLE is).  NULL: 0. */
+int kvs_store_close(struct kvs_store *store);
 
 /* ---- put / get ------------------------------------------------------- */
 
@@ -171,8 +214,10 @@ int kvs_store_key_parse(const char *text, struct kvs_store_key *out);
 /*
  * kvs_store_put - validate and store a copy of one encoded object.
  * The object is refused (-KVS_E* of kvs_object_verify) if it fails any
- * check.  Returns once @durability (raised to WRITTEN by write_through) is
- * reached; a later put of the same key replaces it.  @key_out may be NULL.
+ * check; a @durability outside the enum is refused (-KVS_EPARAM); a store
+ * opened read-only refuses puts (-EROFS).  Returns once @durability
+ * (raised to WRITTEN by write_through) is reached; a later put of the
+ * same key replaces it.  @key_out may be NULL.
  */
 int kvs_store_put(struct kvs_store *store, const uint8_t *obj, size_t len,
 		  enum kvs_durability durability,
@@ -196,14 +241,19 @@ struct kvs_store_ref;
  * Every object read from NVMe is checked (record header, checksum,
  * kvs_object_verify); one that fails is dropped, counted in
  * corrupt_dropped and reported as a miss.  Returns 0 and *@out (release
- * with kvs_store_ref_release), -KVS_ENOTFOUND on a miss, or -errno.
+ * with kvs_store_ref_release, before kvs_store_close), or a miss:
+ * -KVS_ENOTFOUND (no such object), -KVS_ECORRUPT (its record failed a
+ * check, now or when this process opened the store: dropped, counted;
+ * also a miss, named so that the damage is not mistaken for absence);
+ * or -errno.
  */
 int kvs_store_get(struct kvs_store *store, const struct kvs_store_key *key,
 		  struct kvs_store_ref **out);
 
 /* Gets @n objects, reading the NVMe ones together (queue_depth in
- * flight).  refs[i] is NULL and results[i] the error for a miss.
- * Returns 0 (misses are not errors) or -errno. */
+ * flight).  refs[i] is NULL and results[i] the error for a miss
+ * (-KVS_ENOTFOUND or -KVS_ECORRUPT, as kvs_store_get).  Returns 0 (misses
+ * are not errors) or -errno. */
 int kvs_store_get_batch(struct kvs_store *store,
 			const struct kvs_store_key *keys, size_t n,
 			struct kvs_store_ref **refs, int *results);
@@ -245,6 +295,11 @@ struct kvs_store_stats {
 	uint64_t carried; /* records moved forward by segment cleaning */
 	uint64_t corrupt_dropped; /* failed a check on read or at recovery */
 	uint64_t torn_dropped; /* incomplete records found at recovery */
+	/* segments found missing, or cut short (sealed, their footer gone),
+	 * at open: data lost outside the store's control, reported until
+	 * kvs_store_fsck with KVS_FSCK_REPAIR acknowledges it */
+	uint64_t lost_segments;
+	uint64_t compactions; /* segments emptied of superseded records */
 	uint64_t segments;
 	uint64_t nvme_file_bytes; /* segment file bytes, headers and padding */
 	bool direct_io; /* O_DIRECT in use */
@@ -262,7 +317,15 @@ void kvs_store_stats_get(struct kvs_store *store, struct kvs_store_stats *out);
 enum kvs_fsck_status {
 	KVS_FSCK_GOOD = 0,
 	KVS_FSCK_CORRUPT = 1, /* a complete record failed a check */
-	KVS_FSCK_TORN = 2, /* the log ends inside this record */
+	KVS_FSCK_TORN = 2, /* a write cut short: the log ends inside it */
+	/* data known to have been here is gone: a segment file missing, a
+	 * sealed segment cut short (its footer gone), or fewer records than
+	 * its footer counts */
+	KVS_FSCK_MISSING = 3,
+	/* a file the store left behind (a temporary file of a killed
+	 * repair, a segment reclaimed but not yet deleted): removed by
+	 * --repair, by a writable open too */
+	KVS_FSCK_LEFTOVER = 4,
 };
 
 struct kvs_fsck_record {
@@ -281,6 +344,14 @@ struct kvs_fsck_report {
 	uint64_t segments, records, good, corrupt, torn, superseded;
 	uint64_t bad_segments; /* segment header unreadable */
 	uint64_t repaired_segments; /* rewritten by --repair */
+	uint64_t missing; /* KVS_FSCK_MISSING verdicts */
+	uint64_t leftovers; /* KVS_FSCK_LEFTOVER verdicts */
+	uint64_t foreign; /* segment-named files that are not segments:
+			   * reported, never deleted */
+	bool superblock_damaged; /* a copy (or both) failed its check */
+	bool manifest_damaged; /* missing or failed its check */
+	bool repaired; /* --repair changed something */
+	uint32_t format_version; /* of the store found */
 };
 
 #define KVS_FSCK_REPAIR 0x1u
@@ -288,13 +359,19 @@ struct kvs_fsck_report {
 /*
  * kvs_store_fsck - offline check of the store in @dir: every record of
  * every segment, fully verified, reported through @cb (may be NULL) in
- * segment and offset order.  With KVS_FSCK_REPAIR, each segment holding a
- * bad record is rewritten without it (new file, fsync, rename, fsync of
- * the directory).  @io may be NULL.  Returns 0 (whatever was found),
- * -KVS_EVERSION, or -errno.
+ * segment and offset order, then the segments found missing or cut short
+ * and the leftovers.  Without KVS_FSCK_REPAIR nothing is changed (read-only
+ * media work; the lock is shared with readers).  With it: each segment
+ * holding a bad record is rewritten without it (new file, fsync, rename,
+ * fsync of the directory), the manifest is rewritten to acknowledge lost
+ * segments, leftovers are removed, and a damaged superblock is rebuilt
+ * (only where a manifest or a segment shows a store was there).  @opts
+ * (NULL: defaults) gives the I/O table, the lock timeout and a progress
+ * callback.  Returns 0 (whatever was found), -KVS_EVERSION, -EBUSY, or
+ * -errno.
  */
 int kvs_store_fsck(const char *dir, unsigned flags,
-		   const struct kvs_store_io_ops *io,
+		   const struct kvs_store_opts *opts,
 		   void (*cb)(void *arg, const struct kvs_fsck_record *rec),
 		   void *arg, struct kvs_fsck_report *report);
 

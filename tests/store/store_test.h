@@ -79,6 +79,31 @@ static inline uint8_t *test_block(uint64_t seed, uint16_t heads, size_t *len,
 	return obj;
 }
 
+/* Version @version of the block of key @key_seed: every version shares
+ * its ident (so its store key) and differs in its values; malloc'd. */
+static inline uint8_t *test_block_version(uint64_t key_seed, uint64_t version,
+					  uint16_t heads, size_t *len,
+					  struct kvs_store_key *key)
+{
+	struct kvs_ident ident;
+	uint64_t st = key_seed * 7919 + 11;
+	uint8_t *obj;
+
+	memset(&ident, 0, sizeof(ident));
+	for (int i = 0; i < KVS_ID_SIZE; i += 8) {
+		uint64_t r = test_rand(&st);
+
+		memcpy(ident.block_id + i, &r, 8);
+	}
+	ident.layer = (uint32_t)(key_seed % 4);
+	ident.first_pos = key_seed * 32;
+	obj = test_block_ident(&ident, key_seed * 1000003 + version, heads,
+			       len);
+	if (obj && key)
+		kvs_store_key_of(obj, *len, key);
+	return obj;
+}
+
 /* An encoded block and its key. */
 struct test_blk {
 	uint8_t *obj;
@@ -154,7 +179,7 @@ enum test_fault {
 	FAULT_FULL, /* every write and file creation: ENOSPC */
 	FAULT_NO_DIRECT, /* open with O_DIRECT: EINVAL (as old tmpfs) */
 	FAULT_MKDIR, /* mkdir: EACCES */
-	FAULT_LOCK, /* taking the LOCK file: ENOLCK */
+	FAULT_LOCK, /* taking the directory's lock: ENOLCK */
 	FAULT_LIST, /* listing a directory: EACCES (opendir) */
 	FAULT_LIST_EIO, /* listing: EIO after the first name (readdir) */
 };
@@ -260,7 +285,7 @@ static inline int fault_mkdir(void *ctx, const char *path, mode_t mode)
 	return kvs_store_io_default()->mkdir(NULL, path, mode);
 }
 
-static inline int fault_lock(void *ctx, int fd)
+static inline int fault_lock(void *ctx, int fd, bool exclusive)
 {
 	struct test_faults *f = ctx;
 
@@ -268,7 +293,7 @@ static inline int fault_lock(void *ctx, int fd)
 		f->injected++;
 		return -ENOLCK;
 	}
-	return kvs_store_io_default()->lock(NULL, fd);
+	return kvs_store_io_default()->lock(NULL, fd, exclusive);
 }
 
 static inline int fault_list(void *ctx, const char *dir,
@@ -323,6 +348,117 @@ static inline void fault_ops(struct kvs_store_io_ops *ops,
 	ops->list = fault_list;
 	ops->start = fault_start;
 	ops->ctx = f;
+}
+
+/* ---- a spy on the I/O ------------------------------------------------ */
+
+enum { SPY_FDS = 1024, SPY_PATHS = 16 };
+
+/* Counts what the store asks of the file system (the real calls run). */
+struct test_spy {
+	int syncs; /* fsync and fdatasync of files */
+	uint64_t read_bytes; /* pread and READ requests */
+	uint64_t reads; /* pread calls and READ requests */
+	int dir_syncs; /* fsync of directories */
+	char synced_dirs[SPY_PATHS][4096]; /* the last directories synced */
+	char *fd_dir[SPY_FDS]; /* path of each directory fd */
+};
+
+static inline int spy_open(void *ctx, const char *path, int flags, mode_t mode)
+{
+	struct test_spy *spy = ctx;
+	int fd = kvs_store_io_default()->open(NULL, path, flags, mode);
+
+	if (fd >= 0 && fd < SPY_FDS) {
+		free(spy->fd_dir[fd]);
+		spy->fd_dir[fd] = (flags & O_DIRECTORY) ? strdup(path) : NULL;
+	}
+	return fd;
+}
+
+static inline int spy_close(void *ctx, int fd)
+{
+	struct test_spy *spy = ctx;
+
+	if (fd >= 0 && fd < SPY_FDS) {
+		free(spy->fd_dir[fd]);
+		spy->fd_dir[fd] = NULL;
+	}
+	return kvs_store_io_default()->close(NULL, fd);
+}
+
+static inline int spy_fsync(void *ctx, int fd)
+{
+	struct test_spy *spy = ctx;
+
+	if (fd >= 0 && fd < SPY_FDS && spy->fd_dir[fd]) {
+		snprintf(spy->synced_dirs[spy->dir_syncs % SPY_PATHS], 4096,
+			 "%s", spy->fd_dir[fd]);
+		spy->dir_syncs++;
+	} else {
+		spy->syncs++;
+	}
+	return kvs_store_io_default()->fsync(NULL, fd);
+}
+
+static inline int spy_fdatasync(void *ctx, int fd)
+{
+	struct test_spy *spy = ctx;
+
+	spy->syncs++;
+	return kvs_store_io_default()->fdatasync(NULL, fd);
+}
+
+static inline ssize_t spy_pread(void *ctx, int fd, void *buf, size_t len,
+				off_t off)
+{
+	struct test_spy *spy = ctx;
+	ssize_t n = kvs_store_io_default()->pread(NULL, fd, buf, len, off);
+
+	spy->reads++;
+	if (n > 0)
+		spy->read_bytes += (uint64_t)n;
+	return n;
+}
+
+static inline int spy_start(void *ctx, struct kvs_store_ring *ring,
+			    struct kvs_store_io_req *req)
+{
+	struct test_spy *spy = ctx;
+
+	if (req->op == KVS_STORE_IO_READ) {
+		spy->reads++;
+		spy->read_bytes += req->len;
+	}
+	return kvs_store_io_default()->start(NULL, ring, req);
+}
+
+/* Whether @path was among the last directories fsynced. */
+static inline bool spy_dir_synced(const struct test_spy *spy, const char *path)
+{
+	for (int i = 0; i < SPY_PATHS && i < spy->dir_syncs; i++)
+		if (strcmp(spy->synced_dirs[i], path) == 0)
+			return true;
+	return false;
+}
+
+static inline void spy_ops(struct kvs_store_io_ops *ops, struct test_spy *spy)
+{
+	memset(spy, 0, sizeof(*spy));
+	*ops = *kvs_store_io_default();
+	ops->open = spy_open;
+	ops->close = spy_close;
+	ops->fsync = spy_fsync;
+	ops->fdatasync = spy_fdatasync;
+	ops->pread = spy_pread;
+	ops->start = spy_start;
+	ops->ctx = spy;
+}
+
+static inline void spy_free(struct test_spy *spy)
+{
+	for (int i = 0; i < SPY_FDS; i++)
+		free(spy->fd_dir[i]);
 }
 
 #endif

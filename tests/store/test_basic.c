@@ -10,6 +10,8 @@
 #include <stddef.h>
 
 #include <cmocka.h>
+#include <sys/stat.h>
+#include <xxhash.h>
 
 #include "store_test.h"
 
@@ -443,12 +445,22 @@ static void test_lookup_prefix(void **state)
 	test_rmdir(dir);
 }
 
-static void patch_byte(const char *path, off_t off, uint8_t v)
+/* Rewrites the 64-byte structure at @off of @path with a newer @version
+ * at @ver_off and a valid checksum (xxh3 of the first @sum_len bytes at
+ * @sum_off): what a newer kvstash would have written. */
+static void write_newer(const char *path, off_t off, size_t ver_off,
+			uint32_t version, size_t sum_off)
 {
+	uint8_t buf[64];
+	uint64_t sum;
 	int fd = open(path, O_RDWR);
 
 	assert_true(fd >= 0);
-	assert_int_equal(pwrite(fd, &v, 1, off), 1);
+	assert_int_equal(pread(fd, buf, sizeof(buf), off), sizeof(buf));
+	memcpy(buf + ver_off, &version, 4);
+	sum = XXH3_64bits(buf, sum_off);
+	memcpy(buf + sum_off, &sum, 8);
+	assert_int_equal(pwrite(fd, buf, sizeof(buf), off), sizeof(buf));
 	close(fd);
 }
 
@@ -466,16 +478,18 @@ static void test_version_refused(void **state)
 	assert_int_equal(
 		kvs_store_put(s, obj, len, KVS_DURABILITY_DURABLE, NULL), 0);
 	kvs_store_close(s);
-	/* a segment from a newer store format */
+	/* a segment of a newer layout (valid checksum) */
 	snprintf(path, sizeof(path), "%s/seg-%016llx.kvs", dir, 0ull);
-	patch_byte(path, 8, KVS_STORE_FORMAT_VERSION + 1);
+	write_newer(path, 0, 8, 2, 24);
 	assert_int_equal(kvs_store_open(dir, &o, &s), -KVS_EVERSION);
-	patch_byte(path, 8, KVS_STORE_FORMAT_VERSION);
+	assert_int_equal(kvs_store_fsck(dir, 0, NULL, NULL, NULL, NULL),
+			 -KVS_EVERSION);
+	write_newer(path, 0, 8, 1, 24);
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 	kvs_store_close(s);
-	/* a superblock from a newer store format */
+	/* a superblock from a newer store format (either copy) */
 	snprintf(path, sizeof(path), "%s/KVSTASH", dir);
-	patch_byte(path, 8, KVS_STORE_FORMAT_VERSION + 1);
+	write_newer(path, 4096, 8, KVS_STORE_FORMAT_VERSION + 1, 56);
 	assert_int_equal(kvs_store_open(dir, &o, &s), -KVS_EVERSION);
 	assert_int_equal(kvs_store_fsck(dir, 0, NULL, NULL, NULL, NULL),
 			 -KVS_EVERSION);
@@ -484,6 +498,63 @@ static void test_version_refused(void **state)
 	snprintf(path, sizeof(path), "%s/nothing", dir);
 	assert_int_equal(kvs_store_open(path, &o, &s), -ENOENT);
 	free(obj);
+	test_rmdir(dir);
+}
+
+static off_t file_size(const char *path)
+{
+	struct stat st;
+
+	assert_int_equal(stat(path, &st), 0);
+	return st.st_size;
+}
+
+/* A store of format 1 (one 64-byte superblock, no manifest): read as it
+ * is by a read-only open; a writable open upgrades it to the current
+ * format (both superblock copies, a manifest) and loses nothing. */
+static void test_format1_upgraded(void **state)
+{
+	struct kvs_store_opts o;
+	struct kvs_fsck_report rep;
+	struct kvs_store *s;
+	struct test_blk b[8];
+	char sb[4200], man[4200];
+	char *dir = test_mkdir();
+
+	make_blocks(b, 8, 7700, 3);
+	test_opts(&o, 1 << 20, 4 << 20, 1 << 20);
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	put_range(s, b, 0, 8, KVS_DURABILITY_DURABLE);
+	kvs_store_close(s);
+	/* what format 1 wrote: its superblock alone, no manifest */
+	snprintf(sb, sizeof(sb), "%s/KVSTASH", dir);
+	snprintf(man, sizeof(man), "%s/MANIFEST", dir);
+	assert_int_equal(unlink(man), 0);
+	assert_int_equal(truncate(sb, 64), 0);
+	write_newer(sb, 0, 8, 1, 56);
+	o.read_only = true;
+	o.create = false;
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(get_same(s, &b[i]), 0);
+	kvs_store_close(s);
+	assert_int_equal(file_size(sb), 64);
+	assert_int_equal(access(man, F_OK), -1);
+	assert_int_equal(kvs_store_fsck(dir, 0, NULL, NULL, NULL, &rep), 0);
+	assert_int_equal(rep.format_version, 1);
+	assert_int_equal(rep.good, 8);
+	o.read_only = false;
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	for (int i = 0; i < 8; i++)
+		assert_int_equal(get_same(s, &b[i]), 0);
+	kvs_store_close(s);
+	assert_true(file_size(sb) > 4096);
+	assert_int_equal(access(man, F_OK), 0);
+	assert_int_equal(kvs_store_fsck(dir, 0, NULL, NULL, NULL, &rep), 0);
+	assert_int_equal(rep.format_version, KVS_STORE_FORMAT_VERSION);
+	assert_int_equal(rep.good, 8);
+	assert_int_equal(rep.corrupt + rep.torn + rep.missing, 0);
+	test_blocks_free(b, 8);
 	test_rmdir(dir);
 }
 
@@ -522,6 +593,7 @@ int main(void)
 		cmocka_unit_test(test_threads),
 		cmocka_unit_test(test_lookup_prefix),
 		cmocka_unit_test(test_version_refused),
+		cmocka_unit_test(test_format1_upgraded),
 		cmocka_unit_test(test_bad_object_refused),
 	};
 
