@@ -7,9 +7,13 @@
  * rebuilt at each open.  So `put` writes through to NVMe (at least
  * WRITTEN; with --durable, DURABLE before an id is printed), and `stat`
  * reports this process's counters, which start at open (recovery's
- * corrupt/torn drops included).  Without --nvme-capacity the NVMe tier is
- * limited by the size of the file system only, so that a command without
- * the flag never evicts what an earlier one stored under a larger limit.
+ * corrupt/torn drops included).  stat, get and fsck (without --repair)
+ * open the store read-only: they create and change nothing (read-only
+ * media work) and share the lock with each other.  Every command waits
+ * for another process's lock up to --lock-timeout seconds.  Without
+ * --nvme-capacity the NVMe tier is limited by the size of the file system
+ * (less room for reclaiming), so that a command without the flag never
+ * evicts what an earlier one stored under a larger limit.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -17,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli_util.h"
 #include "cmd.h"
@@ -31,22 +37,28 @@ static const char store_usage[] =
 	"       kvstash store get --dir DIR ID --out FILE\n"
 	"       kvstash store stat --dir DIR [--json]\n"
 	"       kvstash store fsck --dir DIR [--repair] [--json]\n"
+	"  every command: [--lock-timeout SECONDS] (default 30; 0: do not\n"
+	"  wait; negative: for ever)\n"
 	"\n"
 	"ID: 64 hex digits of the span id, ':' and the layer, as put prints.\n"
 	"Capacities take K, M, G or T suffixes (binary).  put prints one id\n"
 	"per block, in order; with --durable an id is printed only once its\n"
 	"block is on the device (fdatasync); put exits 1 if the ids cannot be\n"
-	"written to stdout.  get exits 3 on a miss.  fsck exits 1 when bad\n"
-	"records remain (run it again with --repair to drop them).\n";
+	"written to stdout.  get exits 3 on a miss (a block whose record\n"
+	"failed a check is a miss, said so).  stat, get and fsck change\n"
+	"nothing.  fsck exits 1 when bad or missing records remain (run it\n"
+	"again with --repair to drop them).\n";
 
 struct store_args {
 	const char *dir, *out;
 	uint64_t dram, nvme, segment;
+	double lock_timeout;
 	bool durable, json, repair;
 };
 
-/* Size of the file system holding @dir (or its parent, not made yet). */
-static uint64_t fs_size(const char *dir)
+/* Size of the file system holding @dir (or its parent, not made yet), less
+ * room for reclaiming (5%, at least two segments of @segment bytes). */
+static uint64_t fs_capacity(const char *dir, uint64_t segment)
 {
 	struct statvfs vfs;
 	char *copy;
@@ -59,22 +71,83 @@ static uint64_t fs_size(const char *dir)
 	}
 	if (err)
 		return 1ull << 40;
-	return (uint64_t)vfs.f_blocks * vfs.f_frsize;
+	uint64_t size = (uint64_t)vfs.f_blocks * vfs.f_frsize;
+	uint64_t room = size / 20 > 2 * segment ? size / 20 : 2 * segment;
+
+	return size > 2 * room ? size - room : size / 2;
 }
 
-static int open_store(const char *cmd, const struct store_args *a, bool create,
+struct progress {
+	const char *cmd;
+	double last;
+	bool shown;
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A long scan says how far it is, every second, on a terminal. */
+static void show_progress(void *arg, uint64_t done, uint64_t total)
+{
+	struct progress *p = arg;
+	double t = now_s();
+
+	if (!isatty(2) || t - p->last < 1.0)
+		return;
+	if (p->last == 0) {
+		p->last = t; /* the first second is quiet */
+		return;
+	}
+	p->last = t;
+	p->shown = true;
+	fprintf(stderr, "\rkvstash %s: scanning segments: %.1f of %.1f GiB",
+		p->cmd, (double)done / (1 << 30), (double)total / (1 << 30));
+}
+
+static void end_progress(const struct progress *p)
+{
+	if (p->shown)
+		fputc('\n', stderr);
+}
+
+/* The options every command shares. */
+static void base_opts(const struct store_args *a, struct kvs_store_opts *o,
+		      struct progress *p)
+{
+	kvs_store_opts_default(o);
+	o->lock_timeout_ms = a->lock_timeout < 0 ? -1
+			     : a->lock_timeout > 1e6
+				     ? 1000000000
+				     : (int)(a->lock_timeout * 1000);
+	o->progress = show_progress;
+	o->progress_arg = p;
+}
+
+/* Opens the store: for writing (put creates it), or read-only. */
+static int open_store(const char *cmd, const struct store_args *a, bool write,
 		      struct kvs_store **out)
 {
+	struct progress p = { .cmd = cmd };
 	struct kvs_store_opts o;
 	int err;
 
-	kvs_store_opts_default(&o);
+	base_opts(a, &o, &p);
 	o.dram_capacity = a->dram;
-	o.nvme_capacity = a->nvme ? a->nvme : fs_size(a->dir);
+	o.nvme_capacity =
+		a->nvme ? a->nvme
+			: fs_capacity(a->dir,
+				      a->segment ? a->segment : 32ull << 20);
 	o.segment_size = a->segment;
-	o.create = create;
+	o.create = write;
+	o.read_only = !write;
 	err = kvs_store_open(a->dir, &o, out);
-	if (err == -ENOENT && !create)
+	end_progress(&p);
+	if (err == -ENOENT && !write)
 		kvs_cli_error(cmd, "%s: no store there", a->dir);
 	else if (err)
 		kvs_cli_fail(cmd, err, a->dir);
@@ -150,6 +223,8 @@ static int store_get(int argc, char **argv, struct store_args *a, char **pos,
 	struct kvs_store_key key;
 	struct kvs_store_ref *ref;
 	struct kvs_store *s;
+	uint8_t *copy = NULL;
+	size_t len = 0;
 	int err, rc;
 
 	if (n_pos != 1 || !a->out)
@@ -165,20 +240,33 @@ static int store_get(int argc, char **argv, struct store_args *a, char **pos,
 	if (open_store("store get", a, false, &s))
 		return KVS_EXIT_FAIL;
 	err = kvs_store_get(s, &key, &ref);
-	if (err == -KVS_ENOTFOUND) {
-		kvs_cli_error("store get", "%s: not found", pos[0]);
+	if (!err) {
+		/* the store is let go before the output is written: a slow
+		 * reader of --out holds no lock */
+		len = kvs_store_ref_len(ref);
+		copy = malloc(len ? len : 1);
+		if (copy)
+			memcpy(copy, kvs_store_ref_data(ref), len);
+		else
+			err = -ENOMEM;
+		kvs_store_ref_release(ref);
+	}
+	kvs_store_close(s);
+	if (err == -KVS_ENOTFOUND || err == -KVS_ECORRUPT) {
+		kvs_cli_error("store get", "%s: %s", pos[0],
+			      err == -KVS_ECORRUPT
+				      ? "corrupt (its record failed a check; "
+					"a miss: see kvstash store fsck)"
+				      : "not found");
 		rc = KVS_EXIT_NOTFOUND;
 	} else if (err) {
 		rc = kvs_cli_fail("store get", err, pos[0]);
 	} else {
-		rc = kvs_cli_write_file("store get", a->out,
-					kvs_store_ref_data(ref),
-					kvs_store_ref_len(ref))
+		rc = kvs_cli_write_file("store get", a->out, copy, len)
 			     ? KVS_EXIT_FAIL
 			     : KVS_EXIT_OK;
-		kvs_store_ref_release(ref);
 	}
-	kvs_store_close(s);
+	free(copy);
 	return rc;
 }
 
@@ -212,12 +300,12 @@ static int store_stat(int argc, char **argv, struct store_args *a, char **pos,
 		       " bytes in %" PRIu64 " segments (%" PRIu64
 		       " file bytes), %s I/O\ncounters of this process only: "
 		       "corrupt dropped: %" PRIu64 ", torn dropped: %" PRIu64
-		       "\n",
+		       ", segments lost: %" PRIu64 "\n",
 		       st.dram.blocks, st.dram.bytes, st.dram.capacity,
 		       st.nvme.blocks, st.nvme.bytes, st.segments,
 		       st.nvme_file_bytes,
 		       st.direct_io ? "O_DIRECT" : "buffered",
-		       st.corrupt_dropped, st.torn_dropped);
+		       st.corrupt_dropped, st.torn_dropped, st.lost_segments);
 		return KVS_EXIT_OK;
 	}
 	kvs_cli_json_init(&j, stdout);
@@ -233,6 +321,8 @@ static int store_stat(int argc, char **argv, struct store_args *a, char **pos,
 	kvs_cli_json_u64(&j, "spills", st.spills);
 	kvs_cli_json_u64(&j, "corrupt_dropped", st.corrupt_dropped);
 	kvs_cli_json_u64(&j, "torn_dropped", st.torn_dropped);
+	kvs_cli_json_u64(&j, "lost_segments", st.lost_segments);
+	kvs_cli_json_u64(&j, "compactions", st.compactions);
 	kvs_cli_json_u64(&j, "segments", st.segments);
 	kvs_cli_json_u64(&j, "nvme_file_bytes", st.nvme_file_bytes);
 	kvs_cli_json_bool(&j, "direct_io", st.direct_io);
@@ -244,7 +334,8 @@ static int store_stat(int argc, char **argv, struct store_args *a, char **pos,
 	return KVS_EXIT_OK;
 }
 
-static const char *const fsck_status[] = { "good", "corrupt", "torn" };
+static const char *const fsck_status[] = { "good", "corrupt", "torn", "missing",
+					   "leftover" };
 
 static void fsck_record(void *arg, const struct kvs_fsck_record *r)
 {
@@ -278,8 +369,11 @@ static void fsck_record(void *arg, const struct kvs_fsck_record *r)
 static int store_fsck(int argc, char **argv, struct store_args *a, char **pos,
 		      size_t n_pos)
 {
+	struct progress p = { .cmd = "store fsck" };
 	struct kvs_fsck_report rep;
+	struct kvs_store_opts o;
 	struct kvs_cli_json j;
+	uint64_t bad;
 	int err;
 
 	if (n_pos)
@@ -291,8 +385,10 @@ static int store_fsck(int argc, char **argv, struct store_args *a, char **pos,
 		kvs_cli_json_str(&j, "dir", a->dir);
 		kvs_cli_json_array_begin(&j, "records");
 	}
-	err = kvs_store_fsck(a->dir, a->repair ? KVS_FSCK_REPAIR : 0, NULL,
+	base_opts(a, &o, &p);
+	err = kvs_store_fsck(a->dir, a->repair ? KVS_FSCK_REPAIR : 0, &o,
 			     fsck_record, a->json ? &j : NULL, &rep);
+	end_progress(&p);
 	if (a->json) {
 		kvs_cli_json_array_end(&j);
 		if (!err) {
@@ -301,6 +397,15 @@ static int store_fsck(int argc, char **argv, struct store_args *a, char **pos,
 			kvs_cli_json_u64(&j, "corrupt", rep.corrupt);
 			kvs_cli_json_u64(&j, "torn", rep.torn);
 			kvs_cli_json_u64(&j, "superseded", rep.superseded);
+			kvs_cli_json_u64(&j, "missing", rep.missing);
+			kvs_cli_json_u64(&j, "leftovers", rep.leftovers);
+			kvs_cli_json_u64(&j, "foreign", rep.foreign);
+			kvs_cli_json_bool(&j, "superblock_damaged",
+					  rep.superblock_damaged);
+			kvs_cli_json_bool(&j, "manifest_damaged",
+					  rep.manifest_damaged);
+			kvs_cli_json_u64(&j, "format_version",
+					 rep.format_version);
 			kvs_cli_json_u64(&j, "bad_segments", rep.bad_segments);
 			kvs_cli_json_u64(&j, "repaired_segments",
 					 rep.repaired_segments);
@@ -319,12 +424,18 @@ static int store_fsck(int argc, char **argv, struct store_args *a, char **pos,
 		return kvs_cli_fail("store fsck", err, a->dir);
 	if (!a->json)
 		printf("%" PRIu64 " segments: %" PRIu64 " good, %" PRIu64
-		       " corrupt, %" PRIu64 " torn, %" PRIu64 " superseded%s\n",
+		       " corrupt, %" PRIu64 " torn, %" PRIu64
+		       " missing, %" PRIu64 " superseded, %" PRIu64
+		       " leftovers%s%s%s\n",
 		       rep.segments, rep.good, rep.corrupt, rep.torn,
-		       rep.superseded,
-		       a->repair && rep.repaired_segments ? " (repaired)" : "");
-	return (rep.corrupt + rep.torn) && !a->repair ? KVS_EXIT_FAIL
-						      : KVS_EXIT_OK;
+		       rep.missing, rep.superseded, rep.leftovers,
+		       rep.superblock_damaged ? "; superblock damaged" : "",
+		       rep.manifest_damaged ? "; manifest damaged" : "",
+		       a->repair && rep.repaired ? " (repaired)" : "");
+	/* leftovers lose nothing: an open or --repair removes them */
+	bad = rep.corrupt + rep.torn + rep.missing + rep.superblock_damaged +
+	      rep.manifest_damaged;
+	return bad && !a->repair ? KVS_EXIT_FAIL : KVS_EXIT_OK;
 }
 
 int kvs_cmd_store(int argc, char **argv)
@@ -339,7 +450,7 @@ int kvs_cmd_store(int argc, char **argv)
 		{ "stat", store_stat },
 		{ "fsck", store_fsck },
 	};
-	struct store_args a = { .dram = 64ull << 20 };
+	struct store_args a = { .dram = 64ull << 20, .lock_timeout = 30 };
 	struct kvs_cli_opt opts[] = {
 		KVS_OPT_STR("dir", &a.dir, true),
 		KVS_OPT_STR("out", &a.out, false),
@@ -350,6 +461,7 @@ int kvs_cmd_store(int argc, char **argv)
 		KVS_OPT_FLAG("durable", &a.durable),
 		KVS_OPT_FLAG("json", &a.json),
 		KVS_OPT_FLAG("repair", &a.repair),
+		KVS_OPT_DOUBLE("lock-timeout", &a.lock_timeout, false),
 	};
 	const char **pos;
 	char name[32];

@@ -5,12 +5,16 @@ cli_store_test.py KVSTASH WORKDIR: packs a few small blocks with
 `kvstash block pack`, stores them across separate processes, reads them
 back byte-identical, checks stat and fsck output, damages a record and
 checks that it becomes a miss, that fsck names it and --repair drops it;
-appends garbage to the newest segment (a torn tail): stat counts it once.
+a corrupt record is named so by get and fsck; garbage after the newest
+segment's log end (a torn tail): stat counts it and changes nothing, the
+next writer cuts it; a held lock makes a command give up after
+--lock-timeout naming the holder; stat and get create nothing.
 Then the command line's conventions: exit 3 for a miss only, one stderr
 line per failure, usage errors with a hint, sizes, and a failed write of
 the output (stdout on /dev/full) as a failure.
 Exit status 0 on success, 1 with a message on the first failure.
 """
+import fcntl
 import json
 import os
 import random
@@ -18,6 +22,7 @@ import shutil
 import struct
 import sys
 import tempfile
+import time
 
 
 # run(), check() and Failure come from the CLI helper's test driver.
@@ -241,8 +246,26 @@ def main():
             run(kvstash, "store", "get", "--dir", st, ids[i], "--out",
                 os.path.join(tmp, "x"), expect=0)
 
-        # garbage after the log end of the newest segment (a torn tail):
-        # the first open counts it and cuts it off, the next sees none
+        # a corrupt record is named so by get (still a miss)
+        with open(target, "r+b") as fh:
+            fh.seek(8192 + 1000)
+            b = fh.read(1)
+            fh.seek(8192 + 1000)
+            fh.write(bytes([b[0] ^ 0x01]))
+        rc, _, err = run(kvstash, "store", "get", "--dir", st, ids[2],
+                         "--out", os.path.join(tmp, "x"))
+        check(rc == 3 and "corrupt" in err and err.count("\n") == 1,
+              "corrupt get: %d %r" % (rc, err))
+        rc, out, _ = run(kvstash, "store", "fsck", "--dir", st, "--json")
+        f = json.loads(out)
+        check(rc == 1 and f["corrupt"] == 1 and f["torn"] == 0,
+              "fsck corrupt: %d %r" % (rc, f))
+        run(kvstash, "store", "fsck", "--dir", st, "--repair", expect=0)
+
+        # a writer leaves a head; garbage after its log end (a torn tail,
+        # as a crash leaves): stat (read-only) counts it and changes
+        # nothing; the next writer cuts it off
+        run(kvstash, "store", "put", "--dir", st, blocks[1], expect=0)
         segs = sorted(n for n in os.listdir(st) if n.startswith("seg-"))
         with open(os.path.join(st, segs[-1]), "ab") as fh:
             fh.write(bytes(range(256)) * 16)
@@ -251,10 +274,39 @@ def main():
             _, out, _ = run(kvstash, "store", "stat", "--dir", st, "--json",
                             expect=0)
             torn.append(json.loads(out)["torn_dropped"])
-        check(torn == [1, 0], "torn tail counted %r" % torn)
-        for i in (0, 2, 3, 4, 5):
+        check(torn == [1, 1], "torn tail counted by stat %r" % torn)
+        run(kvstash, "store", "put", "--dir", st, blocks[1], expect=0)
+        _, out, _ = run(kvstash, "store", "stat", "--dir", st, "--json",
+                        expect=0)
+        check(json.loads(out)["torn_dropped"] == 0, "torn tail not cut")
+        for i in (0, 1, 3, 4, 5):
             run(kvstash, "store", "get", "--dir", st, ids[i], "--out",
                 os.path.join(tmp, "x"), expect=0)
+
+        # another process holds the store (a writer stopped, say): a
+        # command gives up after --lock-timeout, naming it
+        dfd = os.open(st, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(dfd, fcntl.LOCK_EX)
+        t0 = time.monotonic()
+        rc, _, err = run(kvstash, "store", "stat", "--dir", st,
+                         "--lock-timeout", "0.5")
+        waited = time.monotonic() - t0
+        os.close(dfd)
+        check(rc == 1 and "pid %d" % os.getpid() in err and waited < 5,
+              "lock timeout: %d %.1fs %r" % (rc, waited, err))
+        run(kvstash, "store", "stat", "--dir", st, "--lock-timeout", "0.5",
+            expect=0)
+
+        # stat and get create nothing where there is no store
+        empty = os.path.join(tmp, "empty")
+        os.mkdir(empty)
+        for cmd in (["stat"], ["get", ids[0], "--out", os.path.join(tmp,
+                                                                     "y")]):
+            rc, _, _ = run(kvstash, "store", *cmd[:1], "--dir", empty,
+                           *cmd[1:])
+            check(rc != 0 and os.listdir(empty) == [],
+                  "%s on no store: %d %r" % (cmd[0], rc,
+                                             os.listdir(empty)))
         check_conventions(kvstash, tmp, st, ids, blocks, rng)
     except Failure as e:
         print("FAIL:", e)
