@@ -605,6 +605,145 @@ static void test_corrupt_named_alike(void **state)
 	}
 }
 
+struct seg_records {
+	uint64_t seg;
+	uint64_t last_off; /* offset of its last good record */
+	int n;
+};
+
+static void seg_records_cb(void *arg, const struct kvs_fsck_record *r)
+{
+	struct seg_records *c = arg;
+
+	if (r->segment == c->seg && r->status == KVS_FSCK_GOOD) {
+		c->last_off = r->offset;
+		c->n++;
+	}
+}
+
+struct verdict_count {
+	int missing, bad;
+};
+
+static void verdict_cb(void *arg, const struct kvs_fsck_record *r)
+{
+	struct verdict_count *v = arg;
+
+	v->missing += r->status == KVS_FSCK_MISSING;
+	v->bad += r->status == KVS_FSCK_CORRUPT || r->status == KVS_FSCK_TORN;
+}
+
+/* After damage to segment 0: the open reports it, fsck names it missing,
+ * every block outside it is served; --repair acknowledges the loss, and
+ * from then on the store is clean. */
+static void expect_loss(const char *dir, int lost_blocks)
+{
+	struct kvs_store_opts o;
+	struct kvs_store_stats st;
+	struct kvs_fsck_report rep;
+	struct kvs_store *s;
+	struct verdict_count v = { 0 };
+
+	small_opts(&o);
+	o.read_only = true;
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	kvs_store_stats_get(s, &st);
+	assert_int_equal(st.lost_segments, 1);
+	assert_int_equal(misses(s, 0, NB), lost_blocks);
+	assert_int_equal(kvs_store_close(s), 0);
+	assert_int_equal(kvs_store_fsck(dir, 0, NULL, verdict_cb, &v, &rep), 0);
+	assert_int_equal(v.missing, 1);
+	assert_int_equal(rep.missing, 1);
+	assert_int_equal(
+		kvs_store_fsck(dir, KVS_FSCK_REPAIR, NULL, NULL, NULL, &rep),
+		0);
+	assert_int_equal(kvs_store_fsck(dir, 0, NULL, NULL, NULL, &rep), 0);
+	assert_int_equal(rep.missing + rep.corrupt + rep.torn, 0);
+	o.read_only = false;
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	kvs_store_stats_get(s, &st);
+	assert_int_equal(st.lost_segments, 0);
+	assert_int_equal(misses(s, 0, NB), lost_blocks);
+	assert_int_equal(kvs_store_close(s), 0);
+}
+
+/* An older (sealed) segment cut short exactly at a record boundary, and
+ * one deleted: neither loss is silent. */
+static void test_lost_segments_reported(void **state)
+{
+	struct seg_records c = { .seg = 0 };
+	struct kvs_fsck_report rep;
+	char *dir = test_mkdir(), path[4200];
+
+	fill(dir, NB);
+	assert_true(count_segments(dir) >= 2);
+	assert_int_equal(kvs_store_fsck(dir, 0, NULL, seg_records_cb, &c, &rep),
+			 0);
+	assert_true(c.n >= 2);
+	/* its last record and its footer gone */
+	seg_file(dir, 0, path, sizeof(path));
+	assert_int_equal(truncate(path, (off_t)c.last_off), 0);
+	expect_loss(dir, 1);
+	test_rmdir(dir);
+
+	dir = test_mkdir();
+	fill(dir, NB);
+	seg_file(dir, 0, path, sizeof(path));
+	assert_int_equal(unlink(path), 0);
+	expect_loss(dir, c.n);
+	test_rmdir(dir);
+}
+
+static int no_fallocate(void *ctx, int fd, off_t len)
+{
+	return -EOPNOTSUPP; /* the head is then a sparse file */
+}
+
+/* A process dies with a head of 16 GiB preallocated as a sparse file: the
+ * next open checks the head's records without reading its holes (the
+ * scan of a large store is fast, not 16 GiB of zeros read in silence). */
+static void test_sparse_head_not_read(void **state)
+{
+	struct kvs_store_io_ops ops;
+	struct kvs_store_opts o;
+	struct kvs_store_stats st;
+	struct test_spy spy;
+	struct kvs_store *s;
+	char *dir = test_mkdir();
+	int status;
+	pid_t pid;
+
+	spy_ops(&ops, &spy);
+	ops.fallocate = no_fallocate;
+	test_opts(&o, 0, 64ull << 30, 16ull << 30);
+	o.io = &ops;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (kvs_store_open(dir, &o, &s))
+			_exit(1);
+		for (int i = 0; i < 8; i++)
+			if (kvs_store_put(s, blocks[i].obj, blocks[i].len,
+					  KVS_DURABILITY_DURABLE, NULL))
+				_exit(2);
+		_exit(0); /* dies: the head stays 16 GiB */
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	spy.read_bytes = 0;
+	o.read_only = true;
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	print_message("open read %llu bytes\n",
+		      (unsigned long long)spy.read_bytes);
+	assert_true(spy.read_bytes < (16u << 20));
+	kvs_store_stats_get(s, &st);
+	assert_int_equal(st.nvme.blocks, 8);
+	assert_int_equal(misses(s, 0, 8), 0);
+	assert_int_equal(kvs_store_close(s), 0);
+	spy_free(&spy);
+	test_rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -618,6 +757,8 @@ int main(void)
 		cmocka_unit_test(test_failed_writes_leave_no_hole),
 		cmocka_unit_test(test_open_reads_little),
 		cmocka_unit_test(test_corrupt_named_alike),
+		cmocka_unit_test(test_lost_segments_reported),
+		cmocka_unit_test(test_sparse_head_not_read),
 	};
 
 	kvs_log_set_level(KVS_LOG_ERR);

@@ -276,6 +276,35 @@ static void test_bad_durability(void **state)
 	test_rmdir(dir);
 }
 
+/* A store is not closed under its readers: close refuses while a
+ * reference is held (the store stays usable), and closes once released. */
+static void test_close_with_refs(void **state)
+{
+	struct kvs_store_opts o;
+	struct kvs_store *s;
+	struct kvs_store_key key;
+	struct kvs_store_ref *ref, *ref2;
+	char *dir = test_mkdir();
+	size_t len;
+	uint8_t *obj = test_block(21, 2, &len, &key);
+
+	test_opts(&o, 1 << 20, 16 << 20, 1 << 20);
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	assert_int_equal(
+		kvs_store_put(s, obj, len, KVS_DURABILITY_WRITTEN, NULL), 0);
+	assert_int_equal(kvs_store_get(s, &key, &ref), 0);
+	assert_int_equal(kvs_store_close(s), -EBUSY);
+	/* still open: the ref reads, a second get works */
+	assert_memory_equal(kvs_store_ref_data(ref), obj, len);
+	assert_int_equal(kvs_store_get(s, &key, &ref2), 0);
+	kvs_store_ref_release(ref);
+	assert_int_equal(kvs_store_close(s), -EBUSY);
+	kvs_store_ref_release(ref2);
+	assert_int_equal(kvs_store_close(s), 0);
+	free(obj);
+	test_rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -283,6 +312,7 @@ int main(void)
 		cmocka_unit_test(test_sequence_wrap),
 		cmocka_unit_test(test_torn_newest_falls_back),
 		cmocka_unit_test(test_bad_durability),
+		cmocka_unit_test(test_close_with_refs),
 	};
 
 	kvs_log_set_level(KVS_LOG_ERR);
