@@ -1,0 +1,162 @@
+/*
+ * test_uring.c - a failed io_uring_submit: the request that could not be
+ * submitted is reported failed (its caller then frees its buffer), so it
+ * must never reach the kernel later, with the next submit, against memory
+ * that is gone.  The test replaces io_uring_submit (the store, linked
+ * statically, calls this one; it calls liburing's through dlsym): on
+ * command it fails once without submitting, as a submit failing with
+ * EBUSY leaves the SQE queued, and at every later submit it checks that
+ * no queued SQE still names the failed request.  Exits 77 without
+ * io_uring.
+ */
+#include <dlfcn.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "kvs_config.h"
+#include "kvstash/log.h"
+#include "store_test.h"
+
+#if KVS_HAVE_IO_URING
+#include <liburing.h>
+
+static struct {
+	int fail; /* submits to fail */
+	int failed;
+	bool pending; /* a failed submit's SQE is queued, unchecked */
+	unsigned slot; /* its place in the ring */
+	uint64_t data; /* its user data (the request) */
+	int stale; /* submits that carried it as it was */
+	int submits;
+} uring;
+
+int io_uring_submit(struct io_uring *ring)
+{
+	static int (*real)(struct io_uring *);
+	struct io_uring_sq *sq = &ring->sq;
+
+	if (!real)
+		real = (int (*)(struct io_uring *))dlsym(RTLD_NEXT,
+							 "io_uring_submit");
+	uring.submits++;
+	/* the next submit after a failed one carries its SQE: it must be a
+	 * no-op by now, not the request its caller gave up */
+	if (uring.pending && !uring.fail) {
+		const struct io_uring_sqe *sqe =
+			&sq->sqes[uring.slot & sq->ring_mask];
+
+		if (sqe->opcode != IORING_OP_NOP &&
+		    sqe->user_data == uring.data)
+			uring.stale++;
+		uring.pending = false;
+	}
+	if (uring.fail > 0 && sq->sqe_tail != sq->sqe_head) {
+		uring.fail--;
+		uring.failed++;
+		uring.pending = true;
+		uring.slot = sq->sqe_tail - 1;
+		uring.data = sq->sqes[uring.slot & sq->ring_mask].user_data;
+		return -EBUSY;
+	}
+	return real(ring);
+}
+
+enum { NB = 16 };
+
+static struct test_blk blocks[NB];
+
+static int setup(void **state)
+{
+	return test_blocks_make(blocks, NB, 5200, 4);
+}
+
+static int teardown(void **state)
+{
+	test_blocks_free(blocks, NB);
+	return 0;
+}
+
+static void get_all(struct kvs_store *s, int *failed)
+{
+	struct kvs_store_key keys[NB];
+	struct kvs_store_ref *refs[NB];
+	int res[NB];
+
+	for (int i = 0; i < NB; i++)
+		keys[i] = blocks[i].key;
+	assert_int_equal(kvs_store_get_batch(s, keys, NB, refs, res), 0);
+	for (int i = 0; i < NB; i++) {
+		if (res[i]) {
+			assert_int_equal(res[i], -EBUSY);
+			(*failed)++;
+			continue;
+		}
+		assert_int_equal(kvs_store_ref_len(refs[i]), blocks[i].len);
+		assert_memory_equal(kvs_store_ref_data(refs[i]), blocks[i].obj,
+				    blocks[i].len);
+		kvs_store_ref_release(refs[i]);
+	}
+}
+
+/* Reads and writes whose submit fails: reported, and never run later. */
+static void test_failed_submit(void **state)
+{
+	struct kvs_store_opts o;
+	struct kvs_store *s;
+	char *dir = test_mkdir();
+	int failed = 0;
+
+	/* no DRAM tier: every get reads the device into a private buffer */
+	test_opts(&o, 0, 16 << 20, 1 << 20);
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	for (int i = 0; i < NB / 2; i++)
+		assert_int_equal(kvs_store_put(s, blocks[i].obj, blocks[i].len,
+					       KVS_DURABILITY_WRITTEN, NULL),
+				 0);
+	assert_true(uring.submits > 0); /* the ring is in use */
+	/* a write whose submit fails: that put fails, nothing else */
+	uring.fail = 1;
+	assert_int_equal(kvs_store_put(s, blocks[NB / 2].obj,
+				       blocks[NB / 2].len,
+				       KVS_DURABILITY_WRITTEN, NULL),
+			 -EBUSY);
+	for (int i = NB / 2; i < NB; i++)
+		assert_int_equal(kvs_store_put(s, blocks[i].obj, blocks[i].len,
+					       KVS_DURABILITY_WRITTEN, NULL),
+				 0);
+	assert_int_equal(kvs_store_close(s), 0);
+	/* a batch of reads, one of which fails to submit */
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	uring.fail = 1;
+	get_all(s, &failed);
+	assert_int_equal(failed, 1);
+	/* every later submit is checked: no stale request among them */
+	failed = 0;
+	get_all(s, &failed);
+	get_all(s, &failed);
+	assert_int_equal(failed, 0);
+	assert_int_equal(uring.failed, 2);
+	assert_int_equal(uring.stale, 0);
+	assert_int_equal(kvs_store_close(s), 0);
+	test_rmdir(dir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_failed_submit),
+	};
+
+	kvs_log_set_level(KVS_LOG_ERR);
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
+#else
+int main(void)
+{
+	fprintf(stderr, "no io_uring in this build\n");
+	return 77;
+}
+#endif
