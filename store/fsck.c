@@ -510,7 +510,12 @@ int kvs_store_fsck(const char *dir, unsigned flags,
 			 opts ? opts->lock_timeout_ms : 30000, &lock);
 	if (err)
 		return err;
-	err = dir_list(f.io, dir, &ls);
+	/* a manifest renamed into place by a killed process may not be
+	 * durable yet: a repair deciding on its word makes it so first */
+	if (f.repair)
+		err = dir_fsync(f.io, dir);
+	if (!err)
+		err = dir_list(f.io, dir, &ls);
 	if (!err)
 		err = check_superblock(&f, &ls);
 	if (err)

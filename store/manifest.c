@@ -130,8 +130,13 @@ int store_manifest_write(struct kvs_store *s, bool clean)
 
 		while (k < s->nmissing && s->missing[k] < seg->id)
 			id_runs_add(m.runs, &m.nruns, s->missing[k++]);
+		/* a footer a killed process wrote may not be durable: the
+		 * manifest vouches for it only once it is */
+		if (seg->footer && seg->footer_unsure && !seg->sync_failed &&
+		    seg_sync(s, seg) == 0)
+			seg->footer_unsure = false;
 		id_runs_add(m.runs, &m.nruns, seg->id);
-		if (!seg->footer)
+		if (!seg->footer || seg->footer_unsure)
 			id_runs_add(m.bare, &m.nbare, seg->id);
 	}
 	while (k < s->nmissing)

@@ -566,22 +566,31 @@ static void evict_segment(struct kvs_store *s, struct segment *seg,
 	nghost_trim(s);
 }
 
-/* Re-appends carried records to the (new, empty) head; those that do not
- * fit, or when @write is false or a write fails, are dropped. */
+/* Re-appends carried records to the (new, empty) head, leaving room for
+ * the @reserve bytes the roll is for, and carrying at most half a
+ * segment: a roll whose carries filled the head would only roll again,
+ * churning through the tier (every record read since written is carried)
+ * and evicting the newest records.  Those that do not fit, or when @write
+ * is false or a write fails, are dropped (evicted). */
 static void write_carries(struct kvs_store *s, struct carry_set *set,
-			  bool write)
+			  bool write, uint64_t reserve)
 {
+	uint64_t carried = 0;
+
 	for (size_t i = 0; i < set->n; i++) {
 		struct carry *c = &set->v[i];
 		struct entry *e = c->e;
 		struct segment *head = head_seg(s);
 
 		if (write && e->in_index && !e->seg &&
-		    nvme_head_fits(s, c->rec) &&
-		    append(s, head, e, c->image, c->rec, -1) == 0)
+		    carried + c->rec <= s->opts.segment_size / 2 &&
+		    nvme_head_fits(s, c->rec + reserve) &&
+		    append(s, head, e, c->image, c->rec, -1) == 0) {
 			s->st.carried++;
-		else if (!e->seg)
+			carried += c->rec;
+		} else if (!e->seg) {
 			s->st.evictions++;
+		}
 		free(c->image);
 		e->pins--;
 		entry_maybe_free(s, e);
@@ -758,7 +767,7 @@ int nvme_reserve(struct kvs_store *s, uint64_t rec, struct segment **seg,
 		err = roll_create(s, &set);
 		if (!err)
 			err = store_manifest_write(s, false);
-		write_carries(s, &set, err == 0);
+		write_carries(s, &set, err == 0, rec);
 		if (err)
 			return err;
 		compact(s, rec);
@@ -773,15 +782,17 @@ int nvme_reserve(struct kvs_store *s, uint64_t rec, struct segment **seg,
 	return 0;
 }
 
-int nvme_sync_dirty(struct kvs_store *s)
+int nvme_sync_dirty(struct kvs_store *s, bool unsynced_too)
 {
 	struct list *l;
 	int err = 0, e2;
 
 	for (l = s->segments.next; l != &s->segments; l = l->next) {
 		struct segment *seg = list_entry(l, struct segment, link);
+		bool want = seg->dirty || (unsynced_too && seg->unsynced);
 
-		if (seg->dirty && (e2 = seg_sync(s, seg)) && !err)
+		if (want && !seg->sync_failed && (e2 = seg_sync(s, seg)) &&
+		    !err)
 			err = e2;
 	}
 	return err;

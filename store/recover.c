@@ -405,6 +405,18 @@ static int open_segment(struct kvs_store *s, uint64_t id, int *fd_out,
 	return 0;
 }
 
+struct recovery {
+	struct dir_listing ls;
+	struct manifest man;
+	bool have_man;
+	bool rewrite_manifest; /* what the manifest says changed */
+	bool dir_synced; /* the directory fsynced by this open */
+	struct scan *sc; /* one per segment kept */
+	struct scan **older; /* the ones scanned together */
+	size_t nsc, nolder;
+	uint64_t total; /* segment bytes, for progress */
+};
+
 /* Whether a file whose header is damaged still begins a log of records
  * (then it is the store's: its records describe themselves). */
 static bool starts_log(struct kvs_store *s, int fd, uint64_t size)
@@ -417,9 +429,25 @@ static bool starts_log(struct kvs_store *s, int fd, uint64_t size)
 	       rec_header_decode(s->scratch, &h) == 0;
 }
 
-static void remove_file(struct kvs_store *s, const char *path, const char *why)
+static void remove_file(struct kvs_store *s, struct recovery *rc,
+			const char *path, const char *why)
 {
-	int err = s->io->unlink(s->io->ctx, path);
+	int err;
+
+	/* a killed process may have renamed the manifest into place without
+	 * the directory fsync that makes it durable: before anything is
+	 * deleted on its word, it is made durable (else a power cut could
+	 * bring back an older one listing the file deleted) */
+	if (!rc->dir_synced) {
+		err = dir_fsync(s->io, s->dir);
+		if (err) {
+			kvs_log(KVS_LOG_WARN, "store: %s kept: %s", path,
+				kvs_strerror(err));
+			return;
+		}
+		rc->dir_synced = true;
+	}
+	err = s->io->unlink(s->io->ctx, path);
 
 	if (err)
 		kvs_log(KVS_LOG_WARN, "store: cannot remove %s (%s): %s", path,
@@ -430,7 +458,8 @@ static void remove_file(struct kvs_store *s, const char *path, const char *why)
 
 /* Temporary files a killed repair or publication left: the store's own
  * (its magic, or nothing written yet) are removed; others are left. */
-static void clean_leftovers(struct kvs_store *s, const struct dir_listing *ls)
+static void clean_leftovers(struct kvs_store *s, struct recovery *rc,
+			    const struct dir_listing *ls)
 {
 	char path[4200];
 
@@ -440,7 +469,8 @@ static void clean_leftovers(struct kvs_store *s, const struct dir_listing *ls)
 		seg_name(ls->tmps.v[i], name);
 		snprintf(path, sizeof(path), "%s/%s.tmp", s->dir, name);
 		if (leftover_is_ours(s->io, path))
-			remove_file(s, path, "left by an interrupted repair");
+			remove_file(s, rc, path,
+				    "left by an interrupted repair");
 		else
 			kvs_log(KVS_LOG_WARN,
 				"store: %s is not the store's: left alone",
@@ -450,26 +480,15 @@ static void clean_leftovers(struct kvs_store *s, const struct dir_listing *ls)
 		snprintf(path, sizeof(path), "%s/%s.tmp", s->dir,
 			 SUPERBLOCK_NAME);
 		if (leftover_is_ours(s->io, path))
-			remove_file(s, path, "an interrupted publication");
+			remove_file(s, rc, path, "an interrupted publication");
 	}
 	if (ls->manifest_tmp) {
 		snprintf(path, sizeof(path), "%s/%s.tmp", s->dir,
 			 MANIFEST_NAME);
 		if (leftover_is_ours(s->io, path))
-			remove_file(s, path, "an interrupted publication");
+			remove_file(s, rc, path, "an interrupted publication");
 	}
 }
-
-struct recovery {
-	struct dir_listing ls;
-	struct manifest man;
-	bool have_man;
-	bool rewrite_manifest; /* what the manifest says changed */
-	struct scan *sc; /* one per segment kept */
-	struct scan **older; /* the ones scanned together */
-	size_t nsc, nolder;
-	uint64_t total; /* segment bytes, for progress */
-};
 
 /* Decides what file @id is; keeps it as a segment (rc->sc) or not. */
 static int take_file(struct kvs_store *s, struct recovery *rc, uint64_t id)
@@ -492,7 +511,7 @@ static int take_file(struct kvs_store *s, struct recovery *rc, uint64_t id)
 		/* removed from the manifest, not yet deleted */
 		s->io->close(s->io->ctx, fd);
 		if (!s->read_only)
-			remove_file(s, path, "reclaimed before a crash");
+			remove_file(s, rc, path, "reclaimed before a crash");
 		return 0;
 	}
 	if (state == SEG_BAD_HEADER && !listed && !starts_log(s, fd, size)) {
@@ -502,7 +521,7 @@ static int take_file(struct kvs_store *s, struct recovery *rc, uint64_t id)
 			return err;
 		if (rc->have_man && id == rc->man.next_id && zero) {
 			if (!s->read_only)
-				remove_file(s, path,
+				remove_file(s, rc, path,
 					    "its creation was cut short");
 			return 0;
 		}
@@ -590,6 +609,9 @@ static void check_footer(struct kvs_store *s, struct recovery *rc,
 {
 	struct segment *seg = sc->seg;
 
+	seg->footer_unsure =
+		sc->footer &&
+		(!rc->have_man || !manifest_wants_footer(&rc->man, seg->id));
 	if (sc->footer && sc->records < sc->foot.records && !sc->damaged) {
 		kvs_log(KVS_LOG_ERR,
 			"store: segment %llu of %s holds %u records, its "
@@ -707,7 +729,7 @@ int recover(struct kvs_store *s)
 	if (err)
 		goto out;
 	if (!s->read_only)
-		clean_leftovers(s, &rc.ls);
+		clean_leftovers(s, &rc, &rc.ls);
 	rc.sc = calloc(rc.ls.segs.n ? rc.ls.segs.n : 1, sizeof(*rc.sc));
 	rc.older = calloc(rc.ls.segs.n ? rc.ls.segs.n : 1, sizeof(*rc.older));
 	if (!rc.sc || !rc.older) {

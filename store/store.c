@@ -359,7 +359,7 @@ static void close_nvme(struct kvs_store *s)
 	int err;
 
 	spill_all(s);
-	err = nvme_sync_dirty(s);
+	err = nvme_sync_dirty(s, false);
 	head = head_seg(s);
 	if (head) {
 		seg_trim(s, head);
@@ -710,7 +710,7 @@ int kvs_store_put_batch(struct kvs_store *store, const uint8_t *const *objs,
 	drain(s, p, np, results);
 	kept_check(s, p, np, results);
 	if (durability == KVS_DURABILITY_DURABLE) {
-		err = nvme_sync_dirty(s);
+		err = nvme_sync_dirty(s, false);
 		for (size_t i = 0; err && i < n; i++)
 			if (results[i] == 0)
 				results[i] = err;
@@ -742,7 +742,9 @@ int kvs_store_sync(struct kvs_store *store)
 	int err;
 
 	pthread_mutex_lock(&store->lock);
-	err = store->nvme_on ? nvme_sync_dirty(store) : 0;
+	/* every object written so far: by earlier processes too */
+	err = store->nvme_on && !store->read_only ? nvme_sync_dirty(store, true)
+						  : 0;
 	pthread_mutex_unlock(&store->lock);
 	return err;
 }

@@ -462,6 +462,9 @@ struct segment {
 	bool write_failed; /* a record write failed: sealed at the next roll */
 	bool unsynced; /* may hold writes of an earlier process that nothing
 			* synced since (every segment found at open) */
+	bool footer_unsure; /* a footer an earlier process wrote that the
+			     * manifest does not vouch for yet: synced
+			     * before a manifest lists it as sealed */
 };
 
 /* ---- the store (store.c) --------------------------------------------- */
@@ -557,7 +560,9 @@ void nvme_write_failed(struct kvs_store *s, struct segment *seg, uint64_t off,
 /* Writes one record image synchronously to a fresh place. */
 int nvme_write_image(struct kvs_store *s, struct entry *e, uint8_t *image,
 		     int buf_index, enum kvs_durability dur);
-int nvme_sync_dirty(struct kvs_store *s);
+/* fdatasync of every segment written since its last one, and with
+ * @unsynced_too of those an earlier process may have left unsynced. */
+int nvme_sync_dirty(struct kvs_store *s, bool unsynced_too);
 /* fdatasync of @seg; a failure seals it for good (never durable). */
 int seg_sync(struct kvs_store *s, struct segment *seg);
 /* Preallocates a head segment file to the segment size. */

@@ -274,7 +274,8 @@ size_t kvs_store_lookup_prefix(struct kvs_store *store,
 			       size_t n_spans, const uint32_t *layers,
 			       size_t n_layers);
 
-/* Makes every object WRITTEN so far DURABLE.  0 or -errno. */
+/* Makes every object WRITTEN so far DURABLE -- by this process or by an
+ * earlier one that died before syncing.  0 or -errno. */
 int kvs_store_sync(struct kvs_store *store);
 
 /* ---- statistics ------------------------------------------------------ */

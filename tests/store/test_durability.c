@@ -305,10 +305,52 @@ static void test_close_with_refs(void **state)
 	test_rmdir(dir);
 }
 
+/* kvs_store_sync makes every object WRITTEN so far DURABLE, those of an
+ * earlier process that died before syncing included. */
+static void test_sync_covers_dead_writer(void **state)
+{
+	struct kvs_store_io_ops ops;
+	struct kvs_store_opts o;
+	struct test_spy spy;
+	struct kvs_store *s;
+	char *dir = test_mkdir();
+	size_t len;
+	uint8_t *obj = test_block(12, 2, &len, NULL);
+	int status;
+	pid_t pid;
+
+	test_opts(&o, 1 << 20, 16 << 20, 1 << 20);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (kvs_store_open(dir, &o, &s) ||
+		    kvs_store_put(s, obj, len, KVS_DURABILITY_WRITTEN, NULL))
+			_exit(1);
+		_exit(0); /* killed: nothing synced */
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	spy_ops(&ops, &spy);
+	o.io = &ops;
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	spy.syncs = 0;
+	assert_int_equal(kvs_store_sync(s), 0);
+	assert_true(spy.syncs > 0);
+	/* synced once: the next sync has nothing to do */
+	spy.syncs = 0;
+	assert_int_equal(kvs_store_sync(s), 0);
+	assert_int_equal(spy.syncs, 0);
+	assert_int_equal(kvs_store_close(s), 0);
+	spy_free(&spy);
+	free(obj);
+	test_rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_durable_reput_syncs),
+		cmocka_unit_test(test_sync_covers_dead_writer),
 		cmocka_unit_test(test_sequence_wrap),
 		cmocka_unit_test(test_torn_newest_falls_back),
 		cmocka_unit_test(test_bad_durability),
