@@ -25,12 +25,20 @@
  * size change applied or not; the directory from its durable names plus a
  * random subset of its pending operations, in order.  Then the process
  * _exits: run the store under the model in a forked child.
+ *
+ * Processes die too (kill -9, at a chosen operation of theirs, which never
+ * happens): the page cache survives them, so the files stay as written and
+ * the model keeps what is not durable yet.  Its state lives in a shared
+ * mapping (vcache_init), so that the next writer process, forked after the
+ * death, goes on under the same model (vcache_resume) and a later power
+ * cut also drops what dead processes wrote and nobody synced.
  */
 #ifndef KVSTASH_TESTS_STORE_VCACHE_H
 #define KVSTASH_TESTS_STORE_VCACHE_H
 
 #include <dirent.h>
 #include <stdarg.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "store_internal.h"
@@ -52,6 +60,8 @@ struct vcache_hooks {
 	void (*die)(const char *msg);
 	/* the power goes, after @ops modelled operations */
 	void (*cut)(uint64_t ops);
+	/* the writer process is killed, after @ops modelled operations */
+	void (*died)(uint64_t ops);
 	/* a segment file was unlinked */
 	void (*unlinked)(uint64_t seg);
 	/* at the cut: bytes of segment @seg that were not durable (pending
@@ -93,8 +103,9 @@ struct vc_dir_op {
 };
 
 #define VC_FD_DIR (-2)
+#define VC_ARENA_BYTES (512ull << 20) /* reserved, touched as used */
 
-static struct {
+struct vc_state {
 	char dir[4096];
 	size_t dir_len;
 	struct vc_inode ino[VC_MAX_FILES];
@@ -109,8 +120,16 @@ static struct {
 						* or unlink */
 	uint64_t rng;
 	uint64_t max_ops;
+	uint64_t die_at; /* this process dies before op die_at (0: no) */
+	bool early; /* the power goes soon after vcache_arm */
 	const struct vcache_hooks *hooks;
-} vc;
+	uint64_t arena_used; /* bump allocator of the mapping's rest */
+	uint8_t arena[];
+};
+
+/* The model, shared by the writer processes of one power cycle. */
+static struct vc_state *vcp;
+#define vc (*vcp)
 
 static inline void vc_fail(const char *fmt, ...)
 	__attribute__((noreturn, format(printf, 1, 2)));
@@ -127,17 +146,34 @@ static inline void vc_fail(const char *fmt, ...)
 	_exit(1);
 }
 
-static inline void vc_image_write(uint8_t **buf, uint64_t *len, uint64_t *cap,
-				  uint64_t off, const uint8_t *data, uint64_t n)
+/* Memory of the shared mapping: never freed, all of it given back at
+ * vcache_start. */
+static inline void *vc_alloc(uint64_t n)
+{
+	uint64_t at = (vc.arena_used + 15) & ~15ull;
+
+	if (at + n > VC_ARENA_BYTES - sizeof(struct vc_state))
+		vc_fail("model: out of memory");
+	vc.arena_used = at + n;
+	return vc.arena + at;
+}
+
+/* Writes into an image of the model's memory (@shared) or of the
+ * process's (a file rebuilt at the cut). */
+static inline void vc_image_write_in(bool shared, uint8_t **buf, uint64_t *len,
+				     uint64_t *cap, uint64_t off,
+				     const uint8_t *data, uint64_t n)
 {
 	if (!n)
 		return;
 	if (off + n > *cap) {
 		uint64_t c = (off + n) * 2;
-		uint8_t *b = realloc(*buf, c);
+		uint8_t *b = shared ? vc_alloc(c) : realloc(*buf, c);
 
 		if (!b)
 			vc_fail("out of memory");
+		if (shared && *len)
+			memcpy(b, *buf, *len);
 		*buf = b;
 		*cap = c;
 	}
@@ -148,18 +184,21 @@ static inline void vc_image_write(uint8_t **buf, uint64_t *len, uint64_t *cap,
 		*len = off + n;
 }
 
-static inline void vc_image_resize(uint8_t **buf, uint64_t *len, uint64_t *cap,
-				   uint64_t size)
+static inline void vc_image_resize_in(bool shared, uint8_t **buf, uint64_t *len,
+				      uint64_t *cap, uint64_t size)
 {
 	static const uint8_t zero[VC_SECTOR];
 
 	while (*len < size) {
 		uint64_t n = size - *len < VC_SECTOR ? size - *len : VC_SECTOR;
 
-		vc_image_write(buf, len, cap, *len, zero, n);
+		vc_image_write_in(shared, buf, len, cap, *len, zero, n);
 	}
 	*len = size;
 }
+
+#define vc_image_write(...) vc_image_write_in(true, __VA_ARGS__)
+#define vc_image_resize(...) vc_image_resize_in(true, __VA_ARGS__)
 
 static inline void vc_pending_add(int ino, uint64_t off, const void *data,
 				  uint32_t len)
@@ -169,10 +208,10 @@ static inline void vc_pending_add(int ino, uint64_t off, const void *data,
 
 	if (f->nops == f->ops_cap) {
 		size_t c = f->ops_cap ? f->ops_cap * 2 : 64;
-		struct vc_pending *v = realloc(f->ops, c * sizeof(*v));
+		struct vc_pending *v = vc_alloc(c * sizeof(*v));
 
-		if (!v)
-			vc_fail("out of memory");
+		if (f->nops)
+			memcpy(v, f->ops, f->nops * sizeof(*v));
 		f->ops = v;
 		f->ops_cap = c;
 	}
@@ -181,9 +220,7 @@ static inline void vc_pending_add(int ino, uint64_t off, const void *data,
 	op->len = len;
 	op->data = NULL;
 	if (len) {
-		op->data = malloc(len);
-		if (!op->data)
-			vc_fail("out of memory");
+		op->data = vc_alloc(len);
 		memcpy(op->data, data, len);
 	}
 }
@@ -201,17 +238,43 @@ static inline void vc_inode_commit(int ino)
 				       op->data, op->len);
 		else
 			vc_image_resize(&f->bytes, &f->len, &f->cap, op->off);
-		free(op->data);
 	}
 	f->nops = 0;
 }
 
+/* Whether inode @ino is still named, pending, or open. */
+static inline bool vc_inode_used(int ino)
+{
+	for (size_t i = 0; i < vc.now.n; i++)
+		if (vc.now.v[i].ino == ino)
+			return true;
+	for (size_t i = 0; i < vc.durable.n; i++)
+		if (vc.durable.v[i].ino == ino)
+			return true;
+	for (size_t i = 0; i < vc.ndops; i++)
+		if (vc.dops[i].ino == ino)
+			return true;
+	for (int fd = 0; fd < VC_MAX_FDS; fd++)
+		if (vc.fd_ino[fd] == ino)
+			return true;
+	return false;
+}
+
 static inline int vc_inode_new(void)
 {
-	if (vc.nino == VC_MAX_FILES)
+	int ino = -1;
+
+	if (vc.nino < VC_MAX_FILES)
+		ino = vc.nino++;
+	/* writers come and go: an inode no name, operation or file
+	 * descriptor refers to any more is free */
+	for (int i = 0; ino < 0 && i < VC_MAX_FILES; i++)
+		if (!vc_inode_used(i))
+			ino = i;
+	if (ino < 0)
 		vc_fail("model: more than %d files", VC_MAX_FILES);
-	memset(&vc.ino[vc.nino], 0, sizeof(vc.ino[0]));
-	return vc.nino++;
+	memset(&vc.ino[ino], 0, sizeof(vc.ino[0]));
+	return ino;
 }
 
 static inline int vc_names_find(const struct vc_names *ns, const char *s)
@@ -280,12 +343,16 @@ static inline int vc_fd_inode(int fd)
 
 /* Counts one modelled operation; the power goes before the cut's one.
  * @seg_event: it creates or unlinks a segment. */
+static inline void vcache_die(void) __attribute__((noreturn));
+
 static inline void vc_tick(bool seg_event)
 {
 	if (seg_event && ++vc.events == vc.cut_event)
 		vc.cut_at = vc.ops + 1 + vc.cut_after;
 	if (++vc.ops == vc.cut_at)
 		vcache_cut();
+	if (vc.ops == vc.die_at)
+		vcache_die();
 }
 
 static inline bool vc_is_segment(const char *name)
@@ -478,42 +545,83 @@ static inline uint8_t *vc_slurp(const char *path, uint64_t *len)
 
 	if (fd < 0 || fstat(fd, &st))
 		vc_fail("model: read %s: %s", path, strerror(errno));
-	buf = malloc(st.st_size ? (size_t)st.st_size : 1);
-	if (!buf || pread(fd, buf, (size_t)st.st_size, 0) != st.st_size)
+	buf = vc_alloc(st.st_size ? (uint64_t)st.st_size : 1);
+	if (pread(fd, buf, (size_t)st.st_size, 0) != st.st_size)
 		vc_fail("model: read %s", path);
 	close(fd);
 	*len = (uint64_t)st.st_size;
 	return buf;
 }
 
+/* vcache_init - maps the model's state, shared with the processes forked
+ * after it; once per test program. */
+static inline void vcache_init(void)
+{
+	vcp = mmap(NULL, VC_ARENA_BYTES, PROT_READ | PROT_WRITE,
+		   MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (vcp == MAP_FAILED) {
+		fprintf(stderr, "model: cannot map its state\n");
+		abort();
+	}
+}
+
+/* Where this process's power cut or death falls, from vc.rng; a process
+ * after a killed one (@resumed) is cut early half the time. */
+static inline void vc_choose(bool may_die, bool resumed)
+{
+	vc.cut_at = vc.cut_event = vc.cut_after = vc.die_at = 0;
+	vc.early = false;
+	if (may_die) {
+		/* killed, not a power cut: at a random operation (half the
+		 * time past the stream's end: it closes the store first) */
+		vc.die_at = vc.ops + 1 + test_rand(&vc.rng) % (2 * vc.max_ops);
+		return;
+	}
+	if (resumed && test_rand(&vc.rng) % 2) {
+		vc.early = true;
+		return;
+	}
+	switch (test_rand(&vc.rng) % 4) {
+	case 0:
+		/* early: before this process wrote much of its own (armed by
+		 * vcache_arm once the store is open) */
+		vc.early = true;
+		break;
+	case 1:
+	case 2:
+		vc.cut_at = vc.ops + 1 + test_rand(&vc.rng) % vc.max_ops;
+		break;
+	default:
+		vc.cut_event = vc.events + 1 + test_rand(&vc.rng) % 8;
+		vc.cut_after = test_rand(&vc.rng) % 12;
+	}
+}
+
 /*
  * vcache_start - model @dir, whose content is durable now; @hooks (kept)
- * hear from it.  The power goes before a random modelled operation within
- * the first @max_ops or, one time in three, within a few operations of a
- * segment creation or unlink (a roll, a reclaim and its carries), where
- * most can go wrong; @seed makes the choices.
+ * hear from it.  With @may_die this process is killed at a random
+ * operation within its first @max_ops; otherwise the power goes before a
+ * random modelled operation within the first @max_ops or, one time in
+ * three, within a few operations of a segment creation or unlink (a
+ * roll, a reclaim and its carries), where most can go wrong.  @seed makes
+ * the choices.
  */
 static inline void vcache_start(const char *dir, uint64_t seed,
-				uint64_t max_ops,
+				uint64_t max_ops, bool may_die,
 				const struct vcache_hooks *hooks)
 {
 	struct dirent *de;
 	DIR *d = opendir(dir);
 	char path[4200];
 
-	memset(&vc, 0, sizeof(vc));
+	memset(vcp, 0, sizeof(*vcp));
 	snprintf(vc.dir, sizeof(vc.dir), "%s", dir);
 	vc.dir_len = strlen(vc.dir);
 	memset(vc.fd_ino, 0xff, sizeof(vc.fd_ino));
 	vc.rng = seed;
 	vc.max_ops = max_ops;
 	vc.hooks = hooks;
-	if (test_rand(&vc.rng) % 3) {
-		vc.cut_at = 1 + test_rand(&vc.rng) % vc.max_ops;
-	} else {
-		vc.cut_event = 1 + test_rand(&vc.rng) % 8;
-		vc.cut_after = test_rand(&vc.rng) % 12;
-	}
+	vc_choose(may_die, false);
 	if (!d)
 		vc_fail("model: opendir %s", dir);
 	while ((de = readdir(d))) {
@@ -529,6 +637,37 @@ static inline void vcache_start(const char *dir, uint64_t seed,
 	}
 	closedir(d);
 	vc.durable = vc.now;
+}
+
+/*
+ * vcache_resume - a new writer process, forked after the previous one
+ * died, goes on under the same model: what it left not durable still is.
+ * Its death (@may_die) or the power cut is chosen as vcache_start does,
+ * except that half its power cuts are early (vcache_arm): what a killed
+ * process left not durable is most at risk before the next one writes.
+ */
+static inline void vcache_resume(uint64_t max_ops, bool may_die)
+{
+	memset(vc.fd_ino, 0xff, sizeof(vc.fd_ino)); /* its files closed */
+	vc.max_ops = max_ops;
+	vc_choose(may_die, true);
+}
+
+/* The writer is ready (its store open): an early power cut is placed
+ * within its next few operations. */
+static inline void vcache_arm(void)
+{
+	if (vc.early)
+		vc.cut_at = vc.ops + 1 + test_rand(&vc.rng) % 6;
+}
+
+/* The process is killed: what it wrote stays as written (in the page
+ * cache), what was pending stays pending; the hooks hear first. */
+static inline void vcache_die(void)
+{
+	if (vc.hooks->died)
+		vc.hooks->died(vc.ops);
+	_exit(0);
 }
 
 /* ---- the power cut -------------------------------------------------- */
@@ -551,7 +690,7 @@ static inline void vc_write_after_cut(const char *path, const char *name,
 	uint8_t *img = NULL;
 	int fd;
 
-	vc_image_write(&img, &len, &cap, 0, f->bytes, f->len);
+	vc_image_write_in(false, &img, &len, &cap, 0, f->bytes, f->len);
 	/* a segment whose header is not durable yet */
 	if (f->len < SEG_HEADER_SIZE)
 		vc_region_add(name, 0, SEG_HEADER_SIZE);
@@ -562,12 +701,13 @@ static inline void vc_write_after_cut(const char *path, const char *name,
 		vc_region_add(name, op->off, op->len);
 		if (!op->len) {
 			if (fate)
-				vc_image_resize(&img, &len, &cap, op->off);
+				vc_image_resize_in(false, &img, &len, &cap,
+						   op->off);
 			continue;
 		}
 		if (fate == 0) { /* fully applied */
-			vc_image_write(&img, &len, &cap, op->off, op->data,
-				       op->len);
+			vc_image_write_in(false, &img, &len, &cap, op->off,
+					  op->data, op->len);
 			continue;
 		}
 		if (fate == 1) /* dropped */
@@ -579,9 +719,9 @@ static inline void vc_write_after_cut(const char *path, const char *name,
 			if (next > op->off + op->len)
 				next = op->off + op->len;
 			if (test_rand(&vc.rng) & 1)
-				vc_image_write(&img, &len, &cap, p,
-					       op->data + (p - op->off),
-					       next - p);
+				vc_image_write_in(false, &img, &len, &cap, p,
+						  op->data + (p - op->off),
+						  next - p);
 			p = next;
 		}
 	}
