@@ -75,6 +75,18 @@ uint64_t payload_copy_checksum(uint8_t *dst, const uint8_t *src, size_t len)
 
 /* ---- record header --------------------------------------------------- */
 
+int kvs_store_key_of(const uint8_t *obj, size_t len, struct kvs_store_key *out)
+{
+	struct kvs_header h;
+	int err = kvs_header_decode(obj, len, 0, &h);
+
+	if (err)
+		return err;
+	memcpy(out->span_id, h.ident.block_id, KVS_ID_SIZE);
+	out->layer = h.ident.layer;
+	return 0;
+}
+
 void rec_header_encode(const struct rec_header *h, uint8_t *buf)
 {
 	memset(buf, 0, REC_HEADER_SIZE);

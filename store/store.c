@@ -38,18 +38,6 @@ void kvs_store_opts_default(struct kvs_store_opts *opts)
 	opts->lock_timeout_ms = DEFAULT_LOCK_TIMEOUT_MS;
 }
 
-int kvs_store_key_of(const uint8_t *obj, size_t len, struct kvs_store_key *out)
-{
-	struct kvs_header h;
-	int err = kvs_header_decode(obj, len, 0, &h);
-
-	if (err)
-		return err;
-	memcpy(out->span_id, h.ident.block_id, KVS_ID_SIZE);
-	out->layer = h.ident.layer;
-	return 0;
-}
-
 void kvs_store_key_format(const struct kvs_store_key *key,
 			  char out[KVS_STORE_KEY_TEXT])
 {

@@ -254,7 +254,8 @@ int seg_walk(const struct kvs_store_io_ops *io, int fd, uint64_t id,
 	struct rec_header h;
 	int err = 0;
 
-	w.end.log_end = SEG_HEADER_SIZE;
+	/* a file shorter than its header has no log at all */
+	w.end.log_end = size < SEG_HEADER_SIZE ? size : SEG_HEADER_SIZE;
 	if (grow_rec(&w, KVS_STORE_ALIGN) ||
 	    posix_memalign((void **)&w.bulk, KVS_STORE_ALIGN, RESYNC_CHUNK)) {
 		err = -ENOMEM;
