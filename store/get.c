@@ -239,8 +239,13 @@ int kvs_store_get_batch(struct kvs_store *store,
 	size_t nrd = 0;
 	int err;
 
-	if (!rd)
+	if (!rd) {
+		for (size_t i = 0; i < n; i++) {
+			refs[i] = NULL;
+			results[i] = -ENOMEM;
+		}
 		return -ENOMEM;
+	}
 	pthread_mutex_lock(&s->lock);
 	for (size_t i = 0; i < n; i++) {
 		struct entry *e = index_find(&s->index, &keys[i]);

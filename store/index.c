@@ -19,9 +19,11 @@ static uint64_t key_hash(const struct kvs_store_key *key)
 
 int index_init(struct index *ix)
 {
-	ix->nbuckets = 1024;
 	ix->count = 0;
-	ix->bucket = calloc(ix->nbuckets, sizeof(*ix->bucket));
+	ix->bucket = calloc(1024, sizeof(*ix->bucket));
+	/* an empty table (no buckets) when there is no memory: walking it
+	 * (a failed open's cleanup) finds nothing */
+	ix->nbuckets = ix->bucket ? 1024 : 0;
 	return ix->bucket ? 0 : -ENOMEM;
 }
 

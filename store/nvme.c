@@ -488,6 +488,14 @@ static void drop_segments(struct kvs_store *s, struct segment **v, size_t n)
 		seg_free(s, v[i]);
 	}
 	err = store_manifest_write(s, false);
+	/* the files go without the manifest's word only to make room on a
+	 * full disk; otherwise (no memory, say) they stay: listed, they come
+	 * back at the next open, which is consistent, where deleted they
+	 * would be reported missing */
+	if (err && !is_nospc(err)) {
+		free(ids);
+		return;
+	}
 	for (size_t i = 0; ids && i < n; i++) {
 		int uerr;
 

@@ -298,6 +298,7 @@ fail:
 struct dirty_set {
 	struct entry **v;
 	size_t n, cap;
+	bool short_of_memory;
 };
 
 /* Collects (and pins) the DRAM-only objects: spilling one may reclaim
@@ -307,14 +308,16 @@ static void dirty_cb(void *arg, struct entry *e)
 {
 	struct dirty_set *d = arg;
 
-	if (!e->slot || e->seg)
+	if (!e->slot || e->seg || d->short_of_memory)
 		return;
 	if (d->n == d->cap) {
 		size_t cap = d->cap ? d->cap * 2 : 256;
 		struct entry **v = realloc(d->v, cap * sizeof(*v));
 
-		if (!v)
-			return; /* that object is lost with the process */
+		if (!v) {
+			d->short_of_memory = true;
+			return;
+		}
 		d->v = v;
 		d->cap = cap;
 	}
@@ -322,31 +325,64 @@ static void dirty_cb(void *arg, struct entry *e)
 	d->v[d->n++] = e;
 }
 
-static void spill_all(struct kvs_store *s)
+/* A DRAM-only object, or NULL. */
+static struct entry *find_dirty(struct kvs_store *s)
+{
+	for (size_t b = 0; b < s->index.nbuckets; b++)
+		for (struct entry *e = s->index.bucket[b]; e; e = e->hnext)
+			if (e->slot && !e->seg)
+				return e;
+	return NULL;
+}
+
+static int spill_one(struct kvs_store *s, struct entry *e)
+{
+	int err = nvme_write_image(s, e, e->slot, buf_index_of(s, e->slot),
+				   KVS_DURABILITY_WRITTEN);
+
+	if (!err)
+		s->st.spills++;
+	return err;
+}
+
+/* 0, or the first error of a spill: the object is lost with the DRAM
+ * tier. */
+static int spill_all(struct kvs_store *s)
 {
 	struct dirty_set d = { 0 };
+	struct entry *e;
+	int err = 0, e2;
 
 	index_each(&s->index, dirty_cb, &d);
 	for (size_t i = 0; i < d.n; i++) {
-		struct entry *e = d.v[i];
-
-		if (e->slot && !e->seg &&
-		    nvme_write_image(s, e, e->slot, buf_index_of(s, e->slot),
-				     KVS_DURABILITY_WRITTEN) == 0)
-			s->st.spills++;
+		e = d.v[i];
+		if (e->slot && !e->seg && (e2 = spill_one(s, e)) && !err)
+			err = e2;
 		e->pins--;
 	}
 	free(d.v);
+	/* no memory to list them: one at a time, each found afresh (a spill
+	 * may reclaim, moving or freeing others), until none is left or one
+	 * cannot be written */
+	while (!err && d.short_of_memory && (e = find_dirty(s)))
+		err = spill_one(s, e);
+	if (err)
+		kvs_log(KVS_LOG_ERR,
+			"store: objects of the DRAM tier could not be spilled "
+			"at close: %s",
+			kvs_strerror(err));
+	return err;
 }
 
 /* At a clean close: the head's records synced, its preallocation cut,
- * and the manifest told so, so that the next open need not check them. */
-static void close_nvme(struct kvs_store *s)
+ * and the manifest told so, so that the next open need not check them.
+ * 0, or the error of a spill (MEMORY-level objects lost). */
+static int close_nvme(struct kvs_store *s)
 {
 	struct segment *head;
-	int err;
+	int lost, err;
 
-	spill_all(s);
+	lost = spill_all(s);
 	err = nvme_sync_dirty(s, false);
 	head = head_seg(s);
 	if (head) {
@@ -356,10 +392,13 @@ static void close_nvme(struct kvs_store *s)
 	}
 	if (!err && !s->clean_on_disk)
 		store_manifest_write(s, true);
+	return lost;
 }
 
 int kvs_store_close(struct kvs_store *store)
 {
+	int err = 0;
+
 	if (!store)
 		return 0;
 	pthread_mutex_lock(&store->lock);
@@ -372,10 +411,10 @@ int kvs_store_close(struct kvs_store *store)
 		return -EBUSY;
 	}
 	if (store->nvme_on && !store->read_only)
-		close_nvme(store);
+		err = close_nvme(store);
 	pthread_mutex_unlock(&store->lock);
 	teardown(store);
-	return 0;
+	return err;
 }
 
 /* ---- put ------------------------------------------------------------- */
@@ -644,6 +683,15 @@ static void kept_check(struct kvs_store *s, struct pending *p, size_t n,
 			release_pending(s, &p[k]);
 }
 
+/* The whole batch refused before any object was looked at: every result
+ * says so. */
+static int refuse_batch(int *results, size_t n, int err)
+{
+	for (size_t i = 0; i < n; i++)
+		results[i] = err;
+	return err;
+}
+
 int kvs_store_put_batch(struct kvs_store *store, const uint8_t *const *objs,
 			const size_t *lens, size_t n,
 			enum kvs_durability durability, int *results)
@@ -657,22 +705,22 @@ int kvs_store_put_batch(struct kvs_store *store, const uint8_t *const *objs,
 	    (int)durability > KVS_DURABILITY_DURABLE) {
 		kvs_log(KVS_LOG_ERR, "store: durability %d is not a level",
 			(int)durability);
-		return -KVS_EPARAM;
+		return refuse_batch(results, n, -KVS_EPARAM);
 	}
 	if (s->read_only) {
 		kvs_log(KVS_LOG_ERR, "store: %s is open read-only", s->dir);
-		return -EROFS;
+		return refuse_batch(results, n, -EROFS);
 	}
 	if (durability < KVS_DURABILITY_WRITTEN &&
 	    (s->opts.write_through || !s->dram_on))
 		durability = KVS_DURABILITY_WRITTEN;
 	if (durability > KVS_DURABILITY_MEMORY && !s->nvme_on) {
 		kvs_log(KVS_LOG_ERR, "store: no NVMe tier for a written put");
-		return -KVS_EPARAM;
+		return refuse_batch(results, n, -KVS_EPARAM);
 	}
 	p = calloc(n ? n : 1, sizeof(*p));
 	if (!p)
-		return -ENOMEM;
+		return refuse_batch(results, n, -ENOMEM);
 	pthread_mutex_lock(&s->lock);
 	for (size_t i = 0; i < n; i++) {
 		struct kvs_store_key key;

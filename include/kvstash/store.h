@@ -195,8 +195,9 @@ int kvs_store_open(const char *dir, const struct kvs_store_opts *opts,
 /* Spills DRAM-only objects to the NVMe tier, syncs, marks the store
  * closed cleanly, frees.  Refuses (-EBUSY, logged; the store stays open
  * and usable) while references from gets are held: release them first.
- * Otherwise 0 (a failure to spill or sync is logged: memory-level objects
- * may be lost, nothing acknowledged WRITTEN or DURABLE is).  NULL: 0. */
+ * Otherwise the store is closed and the result is 0, or the error of a
+ * spill that failed (logged): MEMORY-level objects were lost; nothing
+ * acknowledged WRITTEN or DURABLE is.  NULL: 0. */
 int kvs_store_close(struct kvs_store *store);
 
 /* ---- put / get ------------------------------------------------------- */
@@ -226,8 +227,9 @@ int kvs_store_put(struct kvs_store *store, const uint8_t *obj, size_t len,
 /*
  * kvs_store_put_batch - put @n objects, submitting their NVMe writes
  * together (up to queue_depth in flight).  @results[i] gets each object's
- * 0 or error; returns 0 if all succeeded, else the first error.  With
- * DURABLE, no object is reported 0 unless the sync after it succeeded.
+ * 0 or error (all of them, also when the whole batch is refused); returns
+ * 0 if all succeeded, else the first error.  With DURABLE, no object is
+ * reported 0 unless the sync after it succeeded.
  */
 int kvs_store_put_batch(struct kvs_store *store, const uint8_t *const *objs,
 			const size_t *lens, size_t n,
@@ -252,8 +254,9 @@ int kvs_store_get(struct kvs_store *store, const struct kvs_store_key *key,
 
 /* Gets @n objects, reading the NVMe ones together (queue_depth in
  * flight).  refs[i] is NULL and results[i] the error for a miss
- * (-KVS_ENOTFOUND or -KVS_ECORRUPT, as kvs_store_get).  Returns 0 (misses
- * are not errors) or -errno. */
+ * (-KVS_ENOTFOUND or -KVS_ECORRUPT, as kvs_store_get) or a failure of
+ * that object (-ENOMEM, -EIO...).  Returns 0 (misses are not errors) or
+ * -errno (with -ENOMEM every result is -ENOMEM and every ref NULL). */
 int kvs_store_get_batch(struct kvs_store *store,
 			const struct kvs_store_key *keys, size_t n,
 			struct kvs_store_ref **refs, int *results);
