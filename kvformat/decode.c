@@ -373,10 +373,18 @@ float kvs_block_value(const struct kvs_view *v, uint32_t head, uint32_t token,
 }
 
 /* One row of D reconstructions, fmaf(step, code, origin); built twice so
- * that CPUs with FMA run it as one vector instruction per 8 channels. */
-__attribute__((target_clones("fma", "default"))) static void
-dequant_row(const uint8_t *codes, const float *origin, const float *step,
-	    uint32_t n, float *out)
+ * that CPUs with FMA run it as one vector instruction per 8 channels.
+ * Not under ThreadSanitizer, which cannot run the clones' resolver (it
+ * runs at load time, before the sanitizer's runtime exists); fmaf gives
+ * the same results either way. */
+#ifdef __SANITIZE_THREAD__
+#define DEQUANT_CLONES
+#else
+#define DEQUANT_CLONES __attribute__((target_clones("fma", "default")))
+#endif
+DEQUANT_CLONES static void dequant_row(const uint8_t *codes,
+				       const float *origin, const float *step,
+				       uint32_t n, float *out)
 {
 	for (uint32_t d = 0; d < n; d++)
 		out[d] = fmaf(step[d], (float)codes[d], origin[d]);
