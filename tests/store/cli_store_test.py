@@ -37,6 +37,15 @@ def run(kvstash, *args, expect=None):
     return cli_test.run(*args, expect=expect)
 
 
+def flip_bit(path, offset):
+    """Flips the lowest bit of the byte at @offset of @path."""
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        b = fh.read(1)
+        fh.seek(offset)
+        fh.write(bytes([b[0] ^ 0x01]))
+
+
 def pack(kvstash, tmp, i, rng):
     n = 32 * 32
     names = []
@@ -218,11 +227,7 @@ def main():
         # flip a byte inside the second record: a miss, fsck names it
         segs = sorted(n for n in os.listdir(st) if n.startswith("seg-"))
         target = os.path.join(st, segs[0])
-        with open(target, "r+b") as fh:
-            fh.seek(8192 + 1000)
-            b = fh.read(1)
-            fh.seek(8192 + 1000)
-            fh.write(bytes([b[0] ^ 0x01]))
+        flip_bit(target, 8192 + 1000)
         rc, _, _ = run(kvstash, "store", "get", "--dir", st, ids[1],
                        "--out", os.path.join(tmp, "x"))
         check(rc == 3, "damaged block served (exit %d)" % rc)
@@ -247,11 +252,7 @@ def main():
                 os.path.join(tmp, "x"), expect=0)
 
         # a corrupt record is named so by get (still a miss)
-        with open(target, "r+b") as fh:
-            fh.seek(8192 + 1000)
-            b = fh.read(1)
-            fh.seek(8192 + 1000)
-            fh.write(bytes([b[0] ^ 0x01]))
+        flip_bit(target, 8192 + 1000)
         rc, _, err = run(kvstash, "store", "get", "--dir", st, ids[2],
                          "--out", os.path.join(tmp, "x"))
         check(rc == 3 and "corrupt" in err and err.count("\n") == 1,

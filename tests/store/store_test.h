@@ -9,9 +9,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kvstash/kvformat.h"
@@ -57,26 +60,43 @@ static inline uint8_t *test_block_ident(const struct kvs_ident *ident,
 	return obj;
 }
 
+/* The ident of test key @seed: a span id drawn from @seed * 7919 + @salt,
+ * layer seed % 4, first position seed * 32. */
+static inline void test_ident(uint64_t seed, uint64_t salt,
+			      struct kvs_ident *ident)
+{
+	uint64_t st = seed * 7919 + salt;
+
+	memset(ident, 0, sizeof(*ident));
+	for (int i = 0; i < KVS_ID_SIZE; i += 8) {
+		uint64_t r = test_rand(&st);
+
+		memcpy(ident->block_id + i, &r, 8);
+	}
+	ident->layer = (uint32_t)(seed % 4);
+	ident->first_pos = seed * 32;
+}
+
+/* The block of @ident with values from @value_seed, and its key. */
+static inline uint8_t *test_block_keyed(const struct kvs_ident *ident,
+					uint64_t value_seed, uint16_t heads,
+					size_t *len, struct kvs_store_key *key)
+{
+	uint8_t *obj = test_block_ident(ident, value_seed, heads, len);
+
+	if (obj && key)
+		kvs_store_key_of(obj, *len, key);
+	return obj;
+}
+
 /* A sealed block for @seed (its own span id, layer seed % 4). */
 static inline uint8_t *test_block(uint64_t seed, uint16_t heads, size_t *len,
 				  struct kvs_store_key *key)
 {
 	struct kvs_ident ident;
-	uint64_t st = seed * 7919 + 1;
-	uint8_t *obj;
 
-	memset(&ident, 0, sizeof(ident));
-	for (int i = 0; i < KVS_ID_SIZE; i += 8) {
-		uint64_t r = test_rand(&st);
-
-		memcpy(ident.block_id + i, &r, 8);
-	}
-	ident.layer = (uint32_t)(seed % 4);
-	ident.first_pos = seed * 32;
-	obj = test_block_ident(&ident, seed, heads, len);
-	if (obj && key)
-		kvs_store_key_of(obj, *len, key);
-	return obj;
+	test_ident(seed, 1, &ident);
+	return test_block_keyed(&ident, seed, heads, len, key);
 }
 
 /* Version @version of the block of key @key_seed: every version shares
@@ -86,22 +106,67 @@ static inline uint8_t *test_block_version(uint64_t key_seed, uint64_t version,
 					  struct kvs_store_key *key)
 {
 	struct kvs_ident ident;
-	uint64_t st = key_seed * 7919 + 11;
-	uint8_t *obj;
 
-	memset(&ident, 0, sizeof(ident));
-	for (int i = 0; i < KVS_ID_SIZE; i += 8) {
-		uint64_t r = test_rand(&st);
+	test_ident(key_seed, 11, &ident);
+	return test_block_keyed(&ident, key_seed * 1000003 + version, heads,
+				len, key);
+}
 
-		memcpy(ident.block_id + i, &r, 8);
+/* 0 when @key reads back as @obj (@len bytes), 1 when it reads back as
+ * other bytes, else the get's error (-KVS_ENOTFOUND, -KVS_ECORRUPT: a
+ * miss). */
+static inline int test_get_cmp(struct kvs_store *s,
+			       const struct kvs_store_key *key,
+			       const uint8_t *obj, size_t len)
+{
+	struct kvs_store_ref *ref;
+	int err = kvs_store_get(s, key, &ref);
+
+	if (err)
+		return err;
+	err = kvs_store_ref_len(ref) != len ||
+	      memcmp(kvs_store_ref_data(ref), obj, len) != 0;
+	kvs_store_ref_release(ref);
+	return err;
+}
+
+/* A file system refusing fallocate: a head segment is then a sparse file. */
+static inline int test_no_fallocate(void *ctx, int fd, off_t len)
+{
+	return -EOPNOTSUPP;
+}
+
+/*
+ * test_in_tmpfs - runs @fn(@base) in a child with its own mount namespace,
+ * on a fresh tmpfs of @size ("2m") mounted at @base and gone with the
+ * child.  Returns the child's exit status: 77 when the namespace or the
+ * mount is not allowed here (not root, containers), 0 when @fn returned.
+ */
+static inline int test_in_tmpfs(const char *base, const char *size,
+				void (*fn)(const char *base))
+{
+	char opts[64];
+	int status;
+	pid_t pid;
+
+	snprintf(opts, sizeof(opts), "size=%s", size);
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		if (unshare(CLONE_NEWNS) ||
+		    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+		    mount("tmpfs", base, "tmpfs", 0, opts)) {
+			fprintf(stderr, "cannot mount a tmpfs: %s\n",
+				strerror(errno));
+			_exit(77);
+		}
+		fn(base);
+		_exit(0);
 	}
-	ident.layer = (uint32_t)(key_seed % 4);
-	ident.first_pos = key_seed * 32;
-	obj = test_block_ident(&ident, key_seed * 1000003 + version, heads,
-			       len);
-	if (obj && key)
-		kvs_store_key_of(obj, *len, key);
-	return obj;
+	if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+		return -1;
+	return WEXITSTATUS(status);
 }
 
 /* An encoded block and its key. */
@@ -460,5 +525,48 @@ static inline void spy_free(struct test_spy *spy)
 	for (int i = 0; i < SPY_FDS; i++)
 		free(spy->fd_dir[i]);
 }
+
+/* fsck's verdicts, counted (a kvs_store_fsck callback with a struct
+ * test_tally as its argument). */
+struct test_tally {
+	int good, corrupt, torn, missing, leftover;
+};
+
+static inline void test_tally_cb(void *arg, const struct kvs_fsck_record *r)
+{
+	struct test_tally *t = arg;
+
+	t->good += r->status == KVS_FSCK_GOOD;
+	t->corrupt += r->status == KVS_FSCK_CORRUPT;
+	t->torn += r->status == KVS_FSCK_TORN;
+	t->missing += r->status == KVS_FSCK_MISSING;
+	t->leftover += r->status == KVS_FSCK_LEFTOVER;
+}
+
+/* ---- cmocka-side helpers (in files that include cmocka.h first) ---- */
+
+#ifdef assert_true
+/* 0 when @b reads back identical, else a miss (-KVS_ENOTFOUND, or
+ * -KVS_ECORRUPT for a record that failed a check); wrong bytes or any
+ * other error fail the test. */
+static inline int test_check_get(struct kvs_store *s, const struct test_blk *b)
+{
+	int err = test_get_cmp(s, &b->key, b->obj, b->len);
+
+	assert_true(err == 0 || err == -KVS_ENOTFOUND || err == -KVS_ECORRUPT);
+	return err;
+}
+#endif
+
+/* In a forked child: a failed check ends it with a message (cmocka's
+ * asserts would go on running the other tests in the child). */
+#define CHILD_CHECK(cond)                                                      \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, \
+				__LINE__, #cond);                              \
+			_exit(1);                                              \
+		}                                                              \
+	} while (0)
 
 #endif

@@ -37,30 +37,23 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* 0 identical, else the get's error (a miss: -KVS_ENOTFOUND or, for a
- * record that failed a check, -KVS_ECORRUPT). */
-static int check_get(struct kvs_store *s, const struct test_blk *b)
-{
-	struct kvs_store_ref *ref;
-	int err = kvs_store_get(s, &b->key, &ref);
-
-	if (err) {
-		assert_true(err == -KVS_ENOTFOUND || err == -KVS_ECORRUPT);
-		return err;
-	}
-	assert_int_equal(kvs_store_ref_len(ref), b->len);
-	assert_memory_equal(kvs_store_ref_data(ref), b->obj, b->len);
-	kvs_store_ref_release(ref);
-	return 0;
-}
-
 static int misses(struct kvs_store *s, int from, int to)
 {
 	int n = 0;
 
 	for (int i = from; i < to; i++)
-		n += check_get(s, &blocks[i]) != 0;
+		n += test_check_get(s, &blocks[i]) != 0;
 	return n;
+}
+
+/* @dir opens with @o and serves blocks [0, @n) (then closes). */
+static void open_serves(const char *dir, const struct kvs_store_opts *o, int n)
+{
+	struct kvs_store *s;
+
+	assert_int_equal(kvs_store_open(dir, o, &s), 0);
+	assert_int_equal(misses(s, 0, n), 0);
+	assert_int_equal(kvs_store_close(s), 0);
 }
 
 /* Small segments (256 KiB), so that NB blocks take several. */
@@ -192,9 +185,7 @@ static void test_superblock_flip(void **state)
 		pristine[bit / 8] ^= (uint8_t)(1u << bit % 8);
 		spill(path, pristine, len);
 		pristine[bit / 8] ^= (uint8_t)(1u << bit % 8);
-		assert_int_equal(kvs_store_open(dir, &o, &s), 0);
-		assert_int_equal(misses(s, 0, 8), 0);
-		kvs_store_close(s);
+		open_serves(dir, &o, 8);
 	}
 	/* both copies lost */
 	zeros = calloc(1, len);
@@ -204,9 +195,7 @@ static void test_superblock_flip(void **state)
 	assert_int_equal(
 		kvs_store_fsck(dir, KVS_FSCK_REPAIR, NULL, NULL, NULL, &rep),
 		0);
-	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
-	assert_int_equal(misses(s, 0, 8), 0);
-	kvs_store_close(s);
+	open_serves(dir, &o, 8);
 	/* and the file deleted: open refuses to start a new store over the
 	 * segments, fsck --repair rebuilds it */
 	assert_int_equal(unlink(path), 0);
@@ -215,9 +204,7 @@ static void test_superblock_flip(void **state)
 	assert_int_equal(
 		kvs_store_fsck(dir, KVS_FSCK_REPAIR, NULL, NULL, NULL, &rep),
 		0);
-	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
-	assert_int_equal(misses(s, 0, 8), 0);
-	kvs_store_close(s);
+	open_serves(dir, &o, 8);
 	free(zeros);
 	free(pristine);
 	test_rmdir(dir);
@@ -406,19 +393,6 @@ static void test_parent_synced(void **state)
 	test_rmdir(dir);
 }
 
-struct tally {
-	int good, corrupt, torn;
-};
-
-static void tally_cb(void *arg, const struct kvs_fsck_record *r)
-{
-	struct tally *t = arg;
-
-	t->good += r->status == KVS_FSCK_GOOD;
-	t->corrupt += r->status == KVS_FSCK_CORRUPT;
-	t->torn += r->status == KVS_FSCK_TORN;
-}
-
 /* Writes fail (EIO) during a put that rolls the head and carries records
  * forward: the put fails, the store goes on, and no failed write leaves a
  * hole behind (fsck finds no damage, no open counts any). */
@@ -431,7 +405,7 @@ static void test_failed_writes_leave_no_hole(void **state)
 	struct kvs_store_stats st;
 	struct kvs_fsck_report rep;
 	struct kvs_store *s;
-	struct tally t = { 0 };
+	struct test_tally t = { 0 };
 	struct test_blk *b = calloc(N, sizeof(*b));
 	char *dir = test_mkdir();
 	int failed = 0;
@@ -468,7 +442,8 @@ static void test_failed_writes_leave_no_hole(void **state)
 	assert_true(f.injected >= 2);
 	kvs_store_close(s);
 	o.io = NULL;
-	assert_int_equal(kvs_store_fsck(dir, 0, NULL, tally_cb, &t, &rep), 0);
+	assert_int_equal(kvs_store_fsck(dir, 0, NULL, test_tally_cb, &t, &rep),
+			 0);
 	assert_int_equal(t.corrupt + t.torn, 0);
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 	kvs_store_stats_get(s, &st);
@@ -570,7 +545,7 @@ static void test_corrupt_named_alike(void **state)
 
 	test_opts(&o, 0, 16 << 20, 1 << 20);
 	for (int crashed = 0; crashed < 2; crashed++) {
-		struct tally t = { 0 };
+		struct test_tally t = { 0 };
 
 		dir = test_mkdir();
 		pid = fork();
@@ -591,14 +566,15 @@ static void test_corrupt_named_alike(void **state)
 		assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 		flip_in_record(dir, 3);
 		assert_int_equal(kvs_store_open(dir, &o, &s), 0);
-		assert_int_equal(check_get(s, &blocks[3]), -KVS_ECORRUPT);
+		assert_int_equal(test_check_get(s, &blocks[3]), -KVS_ECORRUPT);
 		assert_int_equal(misses(s, 0, 8), 1);
 		kvs_store_stats_get(s, &st);
 		assert_int_equal(st.corrupt_dropped, 1);
 		assert_int_equal(st.torn_dropped, 0);
 		kvs_store_close(s);
 		assert_int_equal(
-			kvs_store_fsck(dir, 0, NULL, tally_cb, &t, &rep), 0);
+			kvs_store_fsck(dir, 0, NULL, test_tally_cb, &t, &rep),
+			0);
 		assert_int_equal(t.corrupt, 1);
 		assert_int_equal(t.torn, 0);
 		test_rmdir(dir);
@@ -694,11 +670,6 @@ static void test_lost_segments_reported(void **state)
 	test_rmdir(dir);
 }
 
-static int no_fallocate(void *ctx, int fd, off_t len)
-{
-	return -EOPNOTSUPP; /* the head is then a sparse file */
-}
-
 /* A process dies with a head of 16 GiB preallocated as a sparse file: the
  * next open checks the head's records without reading its holes (the
  * scan of a large store is fast, not 16 GiB of zeros read in silence). */
@@ -714,7 +685,7 @@ static void test_sparse_head_not_read(void **state)
 	pid_t pid;
 
 	spy_ops(&ops, &spy);
-	ops.fallocate = no_fallocate;
+	ops.fallocate = test_no_fallocate;
 	test_opts(&o, 0, 64ull << 30, 16ull << 30);
 	o.io = &ops;
 	pid = fork();

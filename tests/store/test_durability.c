@@ -19,19 +19,34 @@
 #include "store_internal.h"
 #include "store_test.h"
 
-/* 0 when @key reads back as @obj, else the get's error. */
+/* 0 when @key reads back as @obj, else the get's error (other bytes fail
+ * the test). */
 static int get_is(struct kvs_store *s, const struct kvs_store_key *key,
 		  const uint8_t *obj, size_t len)
 {
-	struct kvs_store_ref *ref;
-	int err = kvs_store_get(s, key, &ref);
+	int err = test_get_cmp(s, key, obj, len);
 
-	if (err)
-		return err;
-	assert_int_equal(kvs_store_ref_len(ref), len);
-	assert_memory_equal(kvs_store_ref_data(ref), obj, len);
-	kvs_store_ref_release(ref);
-	return 0;
+	assert_int_not_equal(err, 1);
+	return err;
+}
+
+/* A process puts @obj WRITTEN (not synced) and dies: no close. */
+static void put_and_die(const char *dir, const struct kvs_store_opts *o,
+			const uint8_t *obj, size_t len)
+{
+	struct kvs_store *s;
+	int status;
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (kvs_store_open(dir, o, &s) ||
+		    kvs_store_put(s, obj, len, KVS_DURABILITY_WRITTEN, NULL))
+			_exit(1);
+		_exit(0);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 /* A process puts a block WRITTEN (not synced) and dies; the next process
@@ -47,20 +62,9 @@ static void test_durable_reput_syncs(void **state)
 	char *dir = test_mkdir();
 	size_t len;
 	uint8_t *obj = test_block(11, 2, &len, &key);
-	int status;
-	pid_t pid;
 
 	test_opts(&o, 1 << 20, 16 << 20, 1 << 20);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		if (kvs_store_open(dir, &o, &s) ||
-		    kvs_store_put(s, obj, len, KVS_DURABILITY_WRITTEN, NULL))
-			_exit(1);
-		_exit(0); /* killed: no close, nothing synced */
-	}
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	put_and_die(dir, &o, obj, len);
 
 	spy_ops(&ops, &spy);
 	o.io = &ops;
@@ -316,20 +320,9 @@ static void test_sync_covers_dead_writer(void **state)
 	char *dir = test_mkdir();
 	size_t len;
 	uint8_t *obj = test_block(12, 2, &len, NULL);
-	int status;
-	pid_t pid;
 
 	test_opts(&o, 1 << 20, 16 << 20, 1 << 20);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		if (kvs_store_open(dir, &o, &s) ||
-		    kvs_store_put(s, obj, len, KVS_DURABILITY_WRITTEN, NULL))
-			_exit(1);
-		_exit(0); /* killed: nothing synced */
-	}
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	put_and_die(dir, &o, obj, len);
 	spy_ops(&ops, &spy);
 	o.io = &ops;
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);

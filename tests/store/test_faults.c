@@ -34,23 +34,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* 0 identical, -KVS_ENOTFOUND or -KVS_ECORRUPT miss; anything else
- * fails the test. */
-static int check_get(struct kvs_store *s, const struct test_blk *b)
-{
-	struct kvs_store_ref *ref;
-	int err = kvs_store_get(s, &b->key, &ref);
-
-	if (err) {
-		assert_true(err == -KVS_ENOTFOUND || err == -KVS_ECORRUPT);
-		return err;
-	}
-	assert_int_equal(kvs_store_ref_len(ref), b->len);
-	assert_memory_equal(kvs_store_ref_data(ref), b->obj, b->len);
-	kvs_store_ref_release(ref);
-	return 0;
-}
-
 static void fill(const char *dir, int n)
 {
 	struct kvs_store_opts o;
@@ -87,19 +70,6 @@ static void write_file(const char *path, const uint8_t *buf, size_t len)
 	assert_true(fd >= 0);
 	assert_int_equal(pwrite(fd, buf, len, 0), (ssize_t)len);
 	close(fd);
-}
-
-struct fsck_tally {
-	int good, corrupt, torn;
-};
-
-static void tally(void *arg, const struct kvs_fsck_record *r)
-{
-	struct fsck_tally *t = arg;
-
-	t->good += r->status == KVS_FSCK_GOOD;
-	t->corrupt += r->status == KVS_FSCK_CORRUPT;
-	t->torn += r->status == KVS_FSCK_TORN;
 }
 
 static void test_flipped_byte(void **state)
@@ -149,17 +119,18 @@ static void test_flipped_byte(void **state)
 		 * the damage may have sealed the segment since) */
 		write_file(man_path, man, man_len);
 
-		struct fsck_tally t = { 0 };
+		struct test_tally t = { 0 };
 		struct kvs_fsck_report rep;
 
-		assert_int_equal(kvs_store_fsck(dir, 0, NULL, tally, &t, &rep),
-				 0);
+		assert_int_equal(
+			kvs_store_fsck(dir, 0, NULL, test_tally_cb, &t, &rep),
+			0);
 		assert_int_equal(t.good, NB - !in_header);
 		assert_int_equal(t.corrupt + t.torn, 1);
 
 		assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 		for (int i = 0; i < NB; i++)
-			misses += check_get(s, &blocks[i]) != 0;
+			misses += test_check_get(s, &blocks[i]) != 0;
 		kvs_store_stats_get(s, &st);
 		assert_int_equal(misses, !in_header);
 		assert_true(st.corrupt_dropped + st.torn_dropped >= 1);
@@ -169,10 +140,11 @@ static void test_flipped_byte(void **state)
 	assert_int_equal(kvs_store_fsck(dir, KVS_FSCK_REPAIR, NULL, NULL, NULL,
 					&(struct kvs_fsck_report){ 0 }),
 			 0);
-	struct fsck_tally t = { 0 };
+	struct test_tally t = { 0 };
 	struct kvs_fsck_report rep;
 
-	assert_int_equal(kvs_store_fsck(dir, 0, NULL, tally, &t, &rep), 0);
+	assert_int_equal(kvs_store_fsck(dir, 0, NULL, test_tally_cb, &t, &rep),
+			 0);
 	assert_int_equal(t.good, NB - 1);
 	assert_int_equal(t.corrupt + t.torn, 0);
 	free(pristine);
@@ -212,7 +184,7 @@ static void test_torn_tail(void **state)
 	struct kvs_store_opts o;
 	struct kvs_store_stats st;
 	struct kvs_store *s;
-	struct fsck_tally t = { 0 };
+	struct test_tally t = { 0 };
 	struct kvs_fsck_report rep;
 	struct test_blk big;
 	char path[4200];
@@ -242,7 +214,8 @@ static void test_torn_tail(void **state)
 	big_end = record_end(dir, &big.key);
 	snprintf(path, sizeof(path), "%s/seg-%016llx.kvs", dir, 0ull);
 	assert_int_equal(truncate(path, (off_t)big_end - 4096), 0);
-	assert_int_equal(kvs_store_fsck(dir, 0, NULL, tally, &t, &rep), 0);
+	assert_int_equal(kvs_store_fsck(dir, 0, NULL, test_tally_cb, &t, &rep),
+			 0);
 	assert_int_equal(t.torn, 1);
 	assert_int_equal(t.good, NB);
 	/* the first open counts the torn record and cuts it off, durably;
@@ -250,9 +223,9 @@ static void test_torn_tail(void **state)
 	for (int open = 0; open < 3; open++) {
 		assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 		for (int i = 0; i < NB; i++)
-			misses += check_get(s, &blocks[i]) != 0;
+			misses += test_check_get(s, &blocks[i]) != 0;
 		assert_int_equal(misses, 0);
-		assert_int_equal(check_get(s, &big),
+		assert_int_equal(test_check_get(s, &big),
 				 open == 2 ? 0 : -KVS_ENOTFOUND);
 		kvs_store_stats_get(s, &st);
 		assert_int_equal(st.torn_dropped, open == 0);
@@ -265,7 +238,8 @@ static void test_torn_tail(void **state)
 		kvs_store_close(s);
 	}
 	memset(&t, 0, sizeof(t));
-	assert_int_equal(kvs_store_fsck(dir, 0, NULL, tally, &t, &rep), 0);
+	assert_int_equal(kvs_store_fsck(dir, 0, NULL, test_tally_cb, &t, &rep),
+			 0);
 	assert_int_equal(t.torn + t.corrupt, 0);
 	assert_int_equal(t.good, NB + 1);
 	free(big.obj);
@@ -302,9 +276,9 @@ static void test_torn_middle(void **state)
 		kvs_store_stats_get(s, &st);
 		assert_int_equal(st.torn_dropped + st.corrupt_dropped,
 				 open < 2);
-		assert_int_equal(check_get(s, &blocks[0]), -KVS_ENOTFOUND);
+		assert_int_equal(test_check_get(s, &blocks[0]), -KVS_ENOTFOUND);
 		for (int i = 1; i < NB; i++)
-			assert_int_equal(check_get(s, &blocks[i]), 0);
+			assert_int_equal(test_check_get(s, &blocks[i]), 0);
 		kvs_store_close(s);
 	}
 	test_rmdir(dir);
@@ -341,16 +315,16 @@ static void injected(enum test_fault fault, bool durable)
 				 0);
 	for (int i = 0; i < 16; i++)
 		if (i != 8)
-			assert_int_equal(check_get(s, &blocks[i]), 0);
-	check_get(s, &blocks[8]);
+			assert_int_equal(test_check_get(s, &blocks[i]), 0);
+	test_check_get(s, &blocks[8]);
 	kvs_store_close(s);
 	/* and after reopening with healthy I/O */
 	o.io = NULL;
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 	for (int i = 0; i < 16; i++)
 		if (i != 8)
-			assert_int_equal(check_get(s, &blocks[i]), 0);
-	check_get(s, &blocks[8]);
+			assert_int_equal(test_check_get(s, &blocks[i]), 0);
+	test_check_get(s, &blocks[8]);
 	kvs_store_close(s);
 	test_rmdir(dir);
 }
@@ -407,13 +381,13 @@ static void test_full_disk(void **state)
 						NULL) == -ENOSPC;
 	assert_int_equal(failed, 20 * (NB - 12));
 	for (int i = 0; i < 12; i++)
-		assert_int_equal(check_get(s, &blocks[i]), 0);
+		assert_int_equal(test_check_get(s, &blocks[i]), 0);
 	f.fault = FAULT_NONE;
 	kvs_store_close(s);
 	o.io = NULL;
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 	for (int i = 0; i < 12; i++)
-		assert_int_equal(check_get(s, &blocks[i]), 0);
+		assert_int_equal(test_check_get(s, &blocks[i]), 0);
 	/* space is back: puts work again */
 	for (int i = 12; i < NB; i++)
 		assert_int_equal(kvs_store_put(s, blocks[i].obj, blocks[i].len,
@@ -447,11 +421,11 @@ static void test_direct_refused(void **state)
 					       KVS_DURABILITY_DURABLE, NULL),
 				 0);
 	for (int i = 0; i < NB; i++)
-		assert_int_equal(check_get(s, &blocks[i]), 0);
+		assert_int_equal(test_check_get(s, &blocks[i]), 0);
 	kvs_store_close(s);
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 	for (int i = 0; i < NB; i++)
-		assert_int_equal(check_get(s, &blocks[i]), 0);
+		assert_int_equal(test_check_get(s, &blocks[i]), 0);
 	kvs_store_stats_get(s, &st);
 	assert_false(st.direct_io);
 	kvs_store_close(s);
@@ -460,7 +434,7 @@ static void test_direct_refused(void **state)
 	kvs_store_stats_get(s, &st);
 	assert_true(st.direct_io);
 	for (int i = 0; i < NB; i++)
-		assert_int_equal(check_get(s, &blocks[i]), 0);
+		assert_int_equal(test_check_get(s, &blocks[i]), 0);
 	kvs_store_close(s);
 	test_rmdir(dir);
 }
@@ -509,7 +483,7 @@ static void test_dir_faults(void **state)
 	f.fault = FAULT_NONE;
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
 	for (int i = 0; i < NB; i++)
-		assert_int_equal(check_get(s, &blocks[i]), 0);
+		assert_int_equal(test_check_get(s, &blocks[i]), 0);
 	kvs_store_close(s);
 	assert_int_equal(kvs_store_fsck(dir, 0, NULL, NULL, NULL, &rep), 0);
 	assert_int_equal(rep.good, NB);

@@ -23,15 +23,6 @@
 #include "kvstash/log.h"
 #include "store_test.h"
 
-#define CHILD_CHECK(cond)                                                      \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, \
-				__LINE__, #cond);                              \
-			_exit(1);                                              \
-		}                                                              \
-	} while (0)
-
 enum { NB = 8 };
 
 static struct test_blk blocks[NB];
@@ -317,27 +308,12 @@ static void read_only_media(const char *base)
 static void test_read_only_media(void **state)
 {
 	char *base = test_mkdir();
-	int status;
-	pid_t pid = fork();
+	int status = test_in_tmpfs(base, "16m", read_only_media);
 
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		if (unshare(CLONE_NEWNS) ||
-		    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
-		    mount("tmpfs", base, "tmpfs", 0, "size=16m")) {
-			fprintf(stderr, "cannot mount a tmpfs: %s\n",
-				strerror(errno));
-			_exit(77);
-		}
-		read_only_media(base);
-		_exit(0);
-	}
-	assert_int_equal(waitpid(pid, &status, 0), pid);
 	test_rmdir(base);
-	assert_true(WIFEXITED(status));
-	if (WEXITSTATUS(status) == 77)
+	if (status == 77)
 		skip();
-	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(status, 0);
 }
 
 /* A read-only open of a directory that is not a store leaves nothing. */

@@ -22,53 +22,31 @@
 #include "store_internal.h"
 #include "store_test.h"
 
-/* In a child: a failed check ends it with a message (cmocka's asserts
- * would go on running the other tests in the child). */
-#define CHILD_CHECK(cond)                                                      \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, \
-				__LINE__, #cond);                              \
-			_exit(1);                                              \
-		}                                                              \
-	} while (0)
+static void (*fs_fn)(const char *dir);
 
-/*
- * Runs @fn(dir) in a child, on a fresh tmpfs of @size bytes mounted in a
- * private mount namespace (gone with the child).  Skips the test where
- * the namespace or the mount is not allowed (not root, containers).
- */
+/* The store goes in a directory of the tmpfs. */
+static void run_in_store(const char *base)
+{
+	char store[4200];
+
+	snprintf(store, sizeof(store), "%s/store", base);
+	fs_fn(store);
+}
+
+/* @fn(dir) with dir in a fresh tmpfs of @size; skipped where no tmpfs can
+ * be mounted (store_test.h). */
 static void in_small_fs(void (*fn)(const char *dir), const char *size)
 {
 	char *base = test_mkdir();
-	char opts[64];
 	int status;
-	pid_t pid;
 
 	assert_non_null(base);
-	snprintf(opts, sizeof(opts), "size=%s", size);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		char store[4200];
-
-		if (unshare(CLONE_NEWNS) ||
-		    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
-		    mount("tmpfs", base, "tmpfs", 0, opts)) {
-			fprintf(stderr, "cannot mount a tmpfs: %s\n",
-				strerror(errno));
-			_exit(77);
-		}
-		snprintf(store, sizeof(store), "%s/store", base);
-		fn(store);
-		_exit(0);
-	}
-	assert_int_equal(waitpid(pid, &status, 0), pid);
+	fs_fn = fn;
+	status = test_in_tmpfs(base, size, run_in_store);
 	test_rmdir(base);
-	assert_true(WIFEXITED(status));
-	if (WEXITSTATUS(status) == 77)
+	if (status == 77)
 		skip();
-	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(status, 0);
 }
 
 static uint64_t fs_bytes(const char *dir)
@@ -304,11 +282,6 @@ static void test_segment_size_bounds(void **state)
 	test_rmdir(dir);
 }
 
-static int no_fallocate(void *ctx, int fd, off_t len)
-{
-	return -EOPNOTSUPP; /* the head is then a sparse file */
-}
-
 struct tally {
 	int good, bad;
 };
@@ -338,7 +311,7 @@ static void test_segment_past_2g(void **state)
 	char *dir = test_mkdir();
 
 	assert_int_equal(test_blocks_make(b, N, 95000, 8), 0);
-	ops.fallocate = no_fallocate;
+	ops.fallocate = test_no_fallocate;
 	test_opts(&o, 0, 16ull << 30, 4ull << 30);
 	o.io = &ops;
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
