@@ -121,9 +121,9 @@ def check_conventions(kvstash, tmp, st, ids, blocks, rng):
     check(line.endswith("--nvme-capacity: 1K is out of range: must be at "
                         "least 1M"), line)
     line = usage_error(kvstash, ["store", "put", "--dir", st,
-                                 "--segment-size", "2G", blocks[0]],
+                                 "--segment-size", "2T", blocks[0]],
                        "store put")
-    check(line.endswith("must be between 256K and 1G"), line)
+    check(line.endswith("must be between 256K and 1T"), line)
     line = usage_error(kvstash, ["store", "put", "--dir", st,
                                  "--dram-capacity", "0x100000", blocks[0]],
                        "store put")
