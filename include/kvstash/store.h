@@ -2,8 +2,8 @@
  * store - the cache engine: a DRAM tier and an NVMe tier holding encoded
  * kvformat objects (sealed blocks and residual tails) byte for byte.
  *
- * A process opens a store directory directly (like SQLite); the daemon of a
- * later issue puts the same engine behind the network.  Layout of a store
+ * A process opens a store directory directly (like SQLite); the network
+ * service puts the same engine behind the network.  Layout of a store
  * directory, details in store/README.md:
  *   KVSTASH          superblock: magic + store format version, two copies
  *                    (published by write -> fsync -> rename -> fsync of the
