@@ -450,6 +450,70 @@ static void test_deterministic_and_finish(void **state)
 	sealed_free(&b);
 }
 
+/* Residual values of every tail type: the largest finite values of both
+ * signs and subnormals pass; an infinity of either sign or a NaN, first
+ * or last in either section, is refused. */
+static void test_tail_nonfinite_every_dtype(void **state)
+{
+	static const struct {
+		enum kvs_dtype t;
+		uint32_t finite[4], bad[3]; /* max, -max, subnormal, 0 */
+	} cases[] = {
+		{ KVS_DTYPE_F16,
+		  { 0x7bff, 0xfbff, 0x0001, 0x8000 },
+		  { 0x7c00, 0xfc00, 0x7e01 } },
+		{ KVS_DTYPE_BF16,
+		  { 0x7f7f, 0xff7f, 0x0001, 0x8000 },
+		  { 0x7f80, 0xff80, 0x7fc1 } },
+		{ KVS_DTYPE_F32,
+		  { 0x7f7fffff, 0xff7fffff, 0x00000001, 0x80000000 },
+		  { 0x7f800000, 0xff800000, 0x7fc00001 } },
+	};
+	struct kvs_shape sh;
+	struct kvs_ident id;
+	uint8_t rows[3 * 32 * 4], *obj;
+	size_t len;
+
+	(void)state;
+	tiny_shape(&sh);
+	test_ident_fill(&id);
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		enum kvs_dtype t = cases[c].t;
+		int e = (int)kvs_dtype_size(t);
+
+		for (int i = 0; i < 3 * 32; i++)
+			put_le(rows + i * e, cases[c].finite[i % 4], e);
+		assert_int_equal(kvs_tail_encode(&sh, &id, t, 2, 3, rows, rows,
+						 0, &obj, &len),
+				 0);
+		assert_int_equal(kvs_object_verify(obj, len, 0), 0);
+		for (int sec = KVS_SEC_KEY_RESID; sec <= KVS_SEC_VAL_RESID;
+		     sec++) {
+			uint32_t off = sec_offset(obj, sec);
+			uint32_t n = (sec == KVS_SEC_KEY_RESID ? 2 : 3) * 32;
+
+			for (int b = 0; b < 3; b++) {
+				for (uint32_t at = 0; at < n; at += n - 1) {
+					uint8_t *p = obj + off + at * e;
+					uint64_t keep = get_le(p, e);
+
+					put_le(p, cases[c].bad[b], e);
+					fix_section_sum(obj, sec);
+					fix_header_sum(obj);
+					assert_int_equal(
+						kvs_object_verify(obj, len, 0),
+						-KVS_EMETA);
+					put_le(p, keep, e);
+					fix_section_sum(obj, sec);
+					fix_header_sum(obj);
+				}
+			}
+		}
+		assert_int_equal(kvs_object_verify(obj, len, 0), 0);
+		free(obj);
+	}
+}
+
 /* A new identity stamped on an encoded object gives the bytes a seal
  * under that identity gives: block, LZ4 block and tail; a damaged header
  * is refused and left as it was. */
@@ -1188,6 +1252,7 @@ int main(void)
 		cmocka_unit_test(test_tail_meta_and_flags),
 		cmocka_unit_test(test_strerror_names_every_code),
 		cmocka_unit_test(test_set_ident),
+		cmocka_unit_test(test_tail_nonfinite_every_dtype),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
