@@ -33,7 +33,8 @@ extern char **environ;
 
 static const char trace_usage[] =
 	"usage: kvstash bench trace TRACE [--dir DIR] [--dram-capacity BYTES]\n"
-	"           [--nvme-capacity BYTES] [--block-tokens T]\n"
+	"           [--nvme-capacity BYTES] [--segment-size BYTES]\n"
+	"           [--block-tokens T]\n"
 	"           [--model NAME | --layers L --kv-heads H --head-dim D]\n"
 	"           [--bits B] [--group G] [--residual R] [--span S]\n"
 	"           [--meta f16|bf16|f32] [--fp16] [--scale K]\n"
@@ -59,7 +60,9 @@ static const char trace_usage[] =
 	"keeping\n"
 	"fewer layers, then fewer spans per block, then fewer heads per "
 	"object,\n"
-	"so a large configuration replays in bounded memory and disk.\n"
+	"so a large configuration replays in bounded memory and disk; the\n"
+	"NVMe tier keeps its number of --segment-size segments (default the\n"
+	"store's, 32M).\n"
 	"--sweep CAPS (comma-separated sizes) replays every capacity for the\n"
 	"quantized format and fp16 side by side, setting the tier "
 	"--sweep-tier\n"
@@ -87,7 +90,7 @@ static const struct model_preset presets[] = {
 struct args {
 	const char *trace_path, *dir, *model, *meta, *sweep, *sweep_tier;
 	const char *plot, *format, *on_error, *ns;
-	uint64_t dram, nvme, progress;
+	uint64_t dram, nvme, segment, progress;
 	uint32_t block_tokens, layers, kv_heads, head_dim, bits, group;
 	uint32_t residual, span, scale;
 	bool fp16, json;
@@ -140,6 +143,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 	memset(a, 0, sizeof(*a));
 	a->dram = defaults.dram_capacity;
 	a->nvme = defaults.nvme_capacity;
+	a->segment = defaults.segment_size;
 	a->block_tokens = 512;
 	a->bits = 2;
 	a->group = 32;
@@ -155,6 +159,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 		KVS_OPT_STR("dir", &a->dir, false),
 		KVS_OPT_SIZE("dram-capacity", &a->dram, 0, 0, false),
 		KVS_OPT_SIZE("nvme-capacity", &a->nvme, 0, 0, false),
+		KVS_OPT_SIZE("segment-size", &a->segment, 256u << 10,
+			     1ull << 40, false),
 		KVS_OPT_U32("block-tokens", &a->block_tokens, 1, 1u << 20,
 			    false),
 		KVS_OPT_STR("model", &a->model, false),
@@ -315,7 +321,7 @@ static int replay_one(const struct args *a, const struct replay_model *m,
 		return rc;
 	out->dram = dram;
 	out->nvme = nvme;
-	replay_plan_tiers(&out->plan, dram, nvme, &out->tiers);
+	replay_plan_tiers(&out->plan, dram, nvme, a->segment, &out->tiers);
 	if (!out->tiers.exact && !*noted) {
 		fprintf(stderr,
 			"kvstash " CMD ": note: at scale %u the store's tiers "
@@ -443,7 +449,6 @@ static void json_outcome(struct kvs_cli_json *j, const struct replay_model *m,
 	kvs_cli_json_u64(j, "store_nvme_capacity", o->tiers.nvme);
 	kvs_cli_json_u64(j, "store_segment_size", o->tiers.segment_size);
 	kvs_cli_json_u64(j, "store_nvme_segments", o->tiers.nvme_segments);
-	kvs_cli_json_u64(j, "blocks_per_segment", o->tiers.blocks_per_segment);
 	json_plan(j, &o->plan);
 	json_tally(j, &o->store, true);
 	kvs_cli_json_object_begin(j, "lru");

@@ -114,49 +114,59 @@ int replay_plan_make(const struct replay_model *m, enum replay_format format,
 #define STORE_GHOST_MIN 256
 
 void replay_plan_tiers(const struct replay_plan *p, uint64_t dram,
-		       uint64_t nvme, struct replay_tiers *out)
+		       uint64_t nvme, uint64_t segment_size,
+		       struct replay_tiers *out)
 {
 	uint64_t rec = replay_record_bytes(p->object_bytes);
 	uint64_t block = (uint64_t)p->objects_per_block * rec;
 	uint64_t full = (uint64_t)p->spans_per_block * p->layers_kept *
 			p->layer_div *
 			replay_record_bytes(p->full_object_bytes);
-	uint64_t nseg = REPLAY_SEGMENTS, per;
+	uint64_t body = segment_size - KVS_STORE_ALIGN, nseg, recs;
 
 	memset(out, 0, sizeof(*out));
 	out->exact = true;
 	out->dram = (uint64_t)((unsigned __int128)dram * block / full);
 	/* Ghost keys are at least STORE_GHOST_MIN objects: a tier of few
-	 * objects remembers relatively more of them than at scale 1. */
+	 * objects remembers relatively more blocks than at scale 1. */
 	if (p->scale > 1 && dram && out->dram / rec < 4 * STORE_GHOST_MIN)
 		out->exact = false;
 	if (nvme == 0)
 		return;
-	per = nvme / nseg / full;
-	if (per == 0) {
-		per = 1;
-		nseg = nvme / full;
+	nseg = nvme / segment_size;
+	if (p->scale == 1) {
+		out->nvme = nvme;
+		out->segment_size = segment_size;
+		out->nvme_segments = nseg;
+		return;
 	}
-	if (nseg < 2) {
-		/* Under two blocks: the store decides (or refuses). */
+	if (nseg < 2 || segment_size <= KVS_STORE_ALIGN) {
+		/* Under two segments: the store decides (or refuses). */
 		out->nvme = (uint64_t)((unsigned __int128)nvme * block / full);
 		out->exact = false;
 		return;
 	}
-	out->segment_size = KVS_STORE_ALIGN + per * block;
-	if (out->segment_size < STORE_MIN_SEGMENT) {
-		uint64_t total = per * nseg;
-
-		per = (STORE_MIN_SEGMENT - KVS_STORE_ALIGN + block - 1) / block;
-		nseg = total / per < 2 ? 2 : total / per;
-		out->segment_size = KVS_STORE_ALIGN + per * block;
+	/* A segment's records stand for body / full blocks at scale 1. */
+	recs = (uint64_t)((unsigned __int128)body * block / full / rec);
+	if ((unsigned __int128)recs * rec * full !=
+	    (unsigned __int128)body * block)
+		out->exact = false;
+	out->segment_size = KVS_STORE_ALIGN + recs * rec;
+	if (recs == 0 || out->segment_size < STORE_MIN_SEGMENT) {
+		/* Segments cannot shrink that far (under one record, or
+		 * under the store's smallest): keep the capacity, in fewer
+		 * segments of the smallest size. */
+		recs = (STORE_MIN_SEGMENT - KVS_STORE_ALIGN + rec - 1) / rec;
+		out->segment_size = KVS_STORE_ALIGN + recs * rec;
+		nseg = (uint64_t)((unsigned __int128)nvme * block / full) /
+		       out->segment_size;
+		if (nseg < 2)
+			nseg = 2;
 		out->exact = false;
 	}
-	if (p->scale > 1 &&
-	    nseg * per * p->objects_per_block < 4 * STORE_GHOST_MIN)
+	if (p->scale > 1 && nseg * recs < 4 * STORE_GHOST_MIN)
 		out->exact = false;
 	out->nvme_segments = nseg;
-	out->blocks_per_segment = per;
 	out->nvme = nseg * out->segment_size;
 }
 

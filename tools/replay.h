@@ -74,25 +74,25 @@ int replay_plan_make(const struct replay_model *m, enum replay_format format,
 /* The tiers given to the store for capacities at scale 1. */
 struct replay_tiers {
 	uint64_t dram, nvme, segment_size; /* for kvs_store_opts */
-	uint64_t nvme_segments, blocks_per_segment;
+	uint64_t nvme_segments;
 	/* false where the store's fixed sizes (its smallest segment, its
-	 * policy's minimum of remembered keys) keep the tiers from holding
-	 * the same blocks as at scale 1: hit counts may then differ. */
+	 * policy's minimum of remembered keys) or a segment that cannot
+	 * hold the same share of a block keep the tiers from holding the
+	 * same blocks as at scale 1: hit counts may then differ a little. */
 	bool exact;
 };
 
 /*
- * replay_plan_tiers - the store's tiers standing for @dram and @nvme at
- * scale 1.  DRAM is divided by the factor a block's store records shrank
- * by (objects x record bytes: the scale itself unless objects lost
- * heads).  NVMe is REPLAY_SEGMENTS segments (fewer for a tier under that
- * many blocks), each a 4 KiB header and the records of a whole number of
- * blocks, that number fixed by the capacity at scale 1, so the tier holds
- * the same blocks at every scale.
+ * replay_plan_tiers - the store's tiers standing for @dram, and @nvme in
+ * segments of @segment_size, at scale 1.  DRAM is divided by the factor a
+ * block's store records shrank by (objects x record bytes: the scale
+ * itself unless objects lost heads).  NVMe keeps the number of segments,
+ * each a 4 KiB header and records standing for the same share of blocks
+ * as at scale 1 (rounded down to whole records).
  */
-#define REPLAY_SEGMENTS 64
 void replay_plan_tiers(const struct replay_plan *p, uint64_t dram,
-		       uint64_t nvme, struct replay_tiers *out);
+		       uint64_t nvme, uint64_t segment_size,
+		       struct replay_tiers *out);
 
 /* The objects of one trace block, ready to put. */
 struct replay_objects {
