@@ -94,6 +94,8 @@ struct args {
 	uint32_t block_tokens, layers, kv_heads, head_dim, bits, group;
 	uint32_t residual, span, scale;
 	bool fp16, json;
+	uint64_t caps[SWEEP_MAX]; /* --sweep, parsed */
+	size_t n_caps;
 };
 
 /* One replay's results: the store's and the LRU's. */
@@ -131,6 +133,32 @@ static const char *format_label(const struct replay_model *m,
 }
 
 /* ---- options --------------------------------------------------------- */
+
+static int parse_sweep(const char *list, uint64_t *caps, size_t *n)
+{
+	char *copy = strdup(list), *save = NULL, *tok;
+	int rc = 0;
+
+	if (copy == NULL)
+		return -ENOMEM;
+	*n = 0;
+	for (tok = strtok_r(copy, ",", &save); tok && rc == 0;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (*n == SWEEP_MAX) {
+			kvs_cli_error(CMD, "--sweep: at most %d capacities",
+				      SWEEP_MAX);
+			rc = -KVS_EPARAM;
+			break;
+		}
+		rc = kvs_cli_parse_size(CMD, "sweep", tok, &caps[(*n)++]);
+	}
+	if (rc == 0 && *n == 0) {
+		kvs_cli_error(CMD, "--sweep: no capacities");
+		rc = -KVS_EPARAM;
+	}
+	free(copy);
+	return rc;
+}
 
 static int parse_args(int argc, char **argv, struct args *a)
 {
@@ -212,6 +240,10 @@ static int parse_args(int argc, char **argv, struct args *a)
 				   "formats");
 	if (a->plot && !a->sweep)
 		return usage_error("--plot draws a --sweep");
+	if (a->sweep && parse_sweep(a->sweep, a->caps, &a->n_caps) != 0) {
+		fprintf(stderr, "try 'kvstash " CMD " --help'\n");
+		return KVS_EXIT_USAGE;
+	}
 	if (strcmp(a->sweep_tier, "dram") != 0 &&
 	    strcmp(a->sweep_tier, "nvme") != 0)
 		return usage_error("--sweep-tier: expected dram or nvme, got "
@@ -274,32 +306,6 @@ static int make_model(const struct args *a, struct replay_model *m)
 	return 0;
 }
 
-static int parse_sweep(const char *list, uint64_t *caps, size_t *n)
-{
-	char *copy = strdup(list), *save = NULL, *tok;
-	int rc = 0;
-
-	if (copy == NULL)
-		return -ENOMEM;
-	*n = 0;
-	for (tok = strtok_r(copy, ",", &save); tok && rc == 0;
-	     tok = strtok_r(NULL, ",", &save)) {
-		if (*n == SWEEP_MAX) {
-			kvs_cli_error(CMD, "--sweep: at most %d capacities",
-				      SWEEP_MAX);
-			rc = -KVS_EPARAM;
-			break;
-		}
-		rc = kvs_cli_parse_size(CMD, "sweep", tok, &caps[(*n)++]);
-	}
-	if (rc == 0 && *n == 0) {
-		kvs_cli_error(CMD, "--sweep: no capacities");
-		rc = -KVS_EPARAM;
-	}
-	free(copy);
-	return rc;
-}
-
 /* ---- one replay ------------------------------------------------------ */
 
 static int replay_one(const struct args *a, const struct replay_model *m,
@@ -317,8 +323,11 @@ static int replay_one(const struct args *a, const struct replay_model *m,
 
 	memset(out, 0, sizeof(*out));
 	rc = replay_plan_make(m, f, a->scale, &out->plan);
-	if (rc)
+	if (rc) {
+		kvs_cli_error(CMD, "no %s objects for this shape and scale",
+			      format_label(m, f, fmt, sizeof(fmt)));
 		return rc;
+	}
 	out->dram = dram;
 	out->nvme = nvme;
 	replay_plan_tiers(&out->plan, dram, nvme, a->segment, &out->tiers);
@@ -332,8 +341,10 @@ static int replay_one(const struct args *a, const struct replay_model *m,
 		*noted = true;
 	}
 	rc = replay_lru(t, &out->plan, dram, nvme, &out->lru);
-	if (rc)
+	if (rc) {
+		kvs_cli_error(CMD, "LRU: %s", kvs_strerror(rc));
 		return rc;
+	}
 	rc = replay_objects_init(&objs, m, &out->plan, model_fp);
 	if (rc) {
 		kvs_cli_error(CMD, "cannot encode the template object: %s",
@@ -778,18 +789,18 @@ static int run_sweep(const struct args *a, const struct replay_model *m,
 		     const struct trace *t, const uint8_t model_fp[KVS_ID_SIZE],
 		     double ids_secs)
 {
-	uint64_t caps[SWEEP_MAX];
+	const uint64_t *caps = a->caps;
+	size_t n = a->n_caps;
 	struct outcome *res;
 	struct timespec t0, t1;
 	bool dram = strcmp(a->sweep_tier, "dram") == 0, noted = false;
-	size_t n;
 	int rc;
 
-	if (parse_sweep(a->sweep, caps, &n))
-		return KVS_EXIT_USAGE;
 	res = calloc(2 * n, sizeof(*res));
-	if (res == NULL)
+	if (res == NULL) {
+		kvs_cli_error(CMD, "out of memory");
 		return KVS_EXIT_FAIL;
+	}
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	rc = 0;
 	for (size_t i = 0; i < n && rc == 0; i++)

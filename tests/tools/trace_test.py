@@ -466,6 +466,8 @@ def group_args():
         ["--on-error", "ignore"],
         ["--bits", "3"],
         ["--format", "xml"],
+        ["--sweep", "1G,lots"],
+        ["--segment-size", "4K"],
         ["--no-such-option"],
     ]
     for extra in usage:
