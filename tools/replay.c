@@ -558,6 +558,21 @@ static int write_block(struct replay_objects *o, const struct trace *t,
 	return 0;
 }
 
+void replay_tally_request(struct replay_tally *t,
+			  const struct trace_request *rq, uint64_t hit_blocks,
+			  uint32_t block_tokens)
+{
+	uint64_t hit_tokens = hit_blocks * block_tokens;
+
+	t->requests++;
+	t->lookup_blocks += rq->n_blocks;
+	t->hit_blocks += hit_blocks;
+	t->prompt_tokens += rq->input_length;
+	/* A partial last block counts only its own tokens. */
+	t->hit_tokens +=
+		hit_tokens < rq->input_length ? hit_tokens : rq->input_length;
+}
+
 int replay_run(const struct trace *t, struct replay_objects *o,
 	       const struct replay_target *tg, const struct replay_progress *pg,
 	       struct replay_tally *out)
@@ -597,13 +612,7 @@ int replay_run(const struct trace *t, struct replay_objects *o,
 		}
 		for (size_t b = hit; b < rq->n_blocks && rc == 0; b++)
 			rc = write_block(o, t, tg, chain[b], &tl);
-		tl.requests++;
-		tl.lookup_blocks += rq->n_blocks;
-		tl.hit_blocks += hit;
-		tl.prompt_tokens += rq->input_length;
-		tl.hit_tokens += hit * p->block_tokens < rq->input_length
-					 ? hit * p->block_tokens
-					 : rq->input_length;
+		replay_tally_request(&tl, rq, hit, p->block_tokens);
 		if (pg && pg->every && tl.requests % pg->every == 0)
 			progress_line(pg, tl.requests, t->n_requests, &tl,
 				      now_s() - t0);

@@ -178,6 +178,11 @@ struct replay_tally {
 	double wall_seconds;
 };
 
+/* Counts one request whose longest cached prefix was @hit_blocks. */
+void replay_tally_request(struct replay_tally *t,
+			  const struct trace_request *rq, uint64_t hit_blocks,
+			  uint32_t block_tokens);
+
 struct replay_progress {
 	const char *cmd;
 	const char *label;

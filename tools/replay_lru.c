@@ -120,13 +120,7 @@ int replay_lru(const struct trace *t, const struct replay_plan *plan,
 			}
 			touch(&c, chain[b], &tl);
 		}
-		tl.requests++;
-		tl.lookup_blocks += rq->n_blocks;
-		tl.hit_blocks += hit;
-		tl.prompt_tokens += rq->input_length;
-		tl.hit_tokens += hit * plan->block_tokens < rq->input_length
-					 ? hit * plan->block_tokens
-					 : rq->input_length;
+		replay_tally_request(&tl, rq, hit, plan->block_tokens);
 		tl.bytes_read += hit * block;
 		tl.bytes_written += (rq->n_blocks - hit) * block;
 	}
