@@ -56,6 +56,9 @@ def main():
                 label="%s, %s" % (label, "store (S3-FIFO)"
                                   if policy == "store" else "LRU"))
     ax.set_xscale("log", base=2)
+    ax.set_xticks(caps)
+    ax.set_xticklabels(["%g" % c for c in caps])
+    ax.minorticks_off()
     ax.set_xlabel("%s capacity (GiB, at scale 1)" % tier.upper())
     ax.set_ylabel("prefix-hit ratio (% of prompt tokens)")
     model = sweep.get("model", {})
