@@ -106,22 +106,6 @@ struct outcome {
 	struct replay_tiers tiers; /* as given to the store */
 };
 
-static int usage_error(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2)));
-
-static int usage_error(const char *fmt, ...)
-{
-	char line[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	kvs_cli_error(CMD, "%s", line);
-	fprintf(stderr, "try 'kvstash " CMD " --help'\n");
-	return KVS_EXIT_USAGE;
-}
-
 static const char *format_label(const struct replay_model *m,
 				enum replay_format f, char *out, size_t n)
 {
@@ -214,45 +198,44 @@ static int parse_args(int argc, char **argv, struct args *a)
 
 	rc = kvs_cli_parse(CMD, argc, argv, opts,
 			   sizeof(opts) / sizeof(opts[0]), pos, 2, &n_pos);
-	if (rc == KVS_CLI_HELP) {
-		fputs(trace_usage, stdout);
-		return KVS_CLI_HELP;
-	}
-	if (rc) {
-		fprintf(stderr, "try 'kvstash " CMD " --help'\n");
-		return KVS_EXIT_USAGE;
-	}
+	if (rc)
+		return rc == KVS_CLI_HELP ? KVS_CLI_HELP
+					  : kvs_cli_usage(CMD, trace_usage, rc);
 	if (n_pos != 1)
-		return usage_error(n_pos ? "one trace file, please"
-					 : "a trace file is required");
+		return kvs_cli_usage_error(CMD,
+					   n_pos ? "one trace file, please"
+						 : "a trace file is required");
 	a->trace_path = pos[0];
 	if (a->span == 0)
 		a->span = a->residual;
 	if (a->model && (a->layers || a->kv_heads || a->head_dim))
-		return usage_error("--model or --layers/--kv-heads/--head-dim, "
-				   "not both");
+		return kvs_cli_usage_error(
+			CMD, "--model or --layers/--kv-heads/--head-dim, "
+			     "not both");
 	if (!a->model && (a->layers || a->kv_heads || a->head_dim) &&
 	    !(a->layers && a->kv_heads && a->head_dim))
-		return usage_error("--layers, --kv-heads and --head-dim go "
-				   "together");
+		return kvs_cli_usage_error(
+			CMD, "--layers, --kv-heads and --head-dim go "
+			     "together");
 	if (a->fp16 && a->sweep)
-		return usage_error("--fp16 and --sweep: a sweep replays both "
-				   "formats");
+		return kvs_cli_usage_error(
+			CMD, "--fp16 and --sweep: a sweep replays both "
+			     "formats");
 	if (a->plot && !a->sweep)
-		return usage_error("--plot draws a --sweep");
-	if (a->sweep && parse_sweep(a->sweep, a->caps, &a->n_caps) != 0) {
-		fprintf(stderr, "try 'kvstash " CMD " --help'\n");
-		return KVS_EXIT_USAGE;
-	}
+		return kvs_cli_usage_error(CMD, "--plot draws a --sweep");
+	if (a->sweep && parse_sweep(a->sweep, a->caps, &a->n_caps) != 0)
+		return kvs_cli_usage(CMD, trace_usage, -KVS_EPARAM);
 	if (strcmp(a->sweep_tier, "dram") != 0 &&
 	    strcmp(a->sweep_tier, "nvme") != 0)
-		return usage_error("--sweep-tier: expected dram or nvme, got "
-				   "'%s'",
-				   a->sweep_tier);
+		return kvs_cli_usage_error(
+			CMD,
+			"--sweep-tier: expected dram or nvme, got "
+			"'%s'",
+			a->sweep_tier);
 	if (strcmp(a->on_error, "fatal") != 0 &&
 	    strcmp(a->on_error, "skip") != 0)
-		return usage_error(
-			"--on-error: expected fatal or skip, got '%s'",
+		return kvs_cli_usage_error(
+			CMD, "--on-error: expected fatal or skip, got '%s'",
 			a->on_error);
 	return 0;
 }
@@ -275,16 +258,19 @@ static int make_model(const struct args *a, struct replay_model *m)
 			if (strcmp(presets[i].name, name) == 0)
 				break;
 		if (i == sizeof(presets) / sizeof(presets[0]))
-			return usage_error("--model: unknown model '%s'", name);
+			return kvs_cli_usage_error(
+				CMD, "--model: unknown model '%s'", name);
 		m->name = presets[i].name;
 		m->layers = presets[i].layers;
 		kvs_shape_default(&m->shape, (uint16_t)presets[i].kv_heads,
 				  (uint16_t)presets[i].head_dim);
 	}
 	if (kvs_dtype_parse(a->meta, &meta) != 0)
-		return usage_error("--meta: expected f16, bf16 or f32, got "
-				   "'%s'",
-				   a->meta);
+		return kvs_cli_usage_error(
+			CMD,
+			"--meta: expected f16, bf16 or f32, got "
+			"'%s'",
+			a->meta);
 	m->shape.bits = (uint8_t)a->bits;
 	m->shape.group = (uint16_t)a->group;
 	m->shape.residual = a->residual;
@@ -292,17 +278,21 @@ static int make_model(const struct args *a, struct replay_model *m)
 	m->shape.meta_type = (uint8_t)meta;
 	m->block_tokens = a->block_tokens;
 	if (a->bits != 2 && a->bits != 4)
-		return usage_error("--bits: expected 2 or 4");
+		return kvs_cli_usage_error(CMD, "--bits: expected 2 or 4");
 	if (kvs_shape_check(&m->shape) != 0)
-		return usage_error("invalid format: D=%u must be a multiple of "
-				   "G=%u, G a power of two, R a multiple of G "
-				   "and S of R (R=%u, S=%u)",
-				   m->shape.head_dim, m->shape.group,
-				   m->shape.residual, m->shape.span);
+		return kvs_cli_usage_error(
+			CMD,
+			"invalid format: D=%u must be a multiple of "
+			"G=%u, G a power of two, R a multiple of G "
+			"and S of R (R=%u, S=%u)",
+			m->shape.head_dim, m->shape.group, m->shape.residual,
+			m->shape.span);
 	if (m->block_tokens % m->shape.span != 0)
-		return usage_error("--block-tokens %u is not a multiple of the "
-				   "span S=%u",
-				   m->block_tokens, m->shape.span);
+		return kvs_cli_usage_error(
+			CMD,
+			"--block-tokens %u is not a multiple of the "
+			"span S=%u",
+			m->block_tokens, m->shape.span);
 	return 0;
 }
 
@@ -342,13 +332,12 @@ static int replay_one(const struct args *a, const struct replay_model *m,
 	}
 	rc = replay_lru(t, &out->plan, dram, nvme, &out->lru);
 	if (rc) {
-		kvs_cli_error(CMD, "LRU: %s", kvs_strerror(rc));
+		kvs_cli_fail(CMD, rc, "LRU");
 		return rc;
 	}
 	rc = replay_objects_init(&objs, m, &out->plan, model_fp);
 	if (rc) {
-		kvs_cli_error(CMD, "cannot encode the template object: %s",
-			      kvs_strerror(rc));
+		kvs_cli_fail(CMD, rc, "template object");
 		return rc;
 	}
 	sc.parent_dir = a->dir;
@@ -749,9 +738,11 @@ static int load_trace(const struct args *a, const struct replay_model *m,
 	ro.block_tokens = m->block_tokens;
 	ro.skip_malformed = strcmp(a->on_error, "skip") == 0;
 	if (trace_format_parse(a->format, &ro.format) != 0)
-		return usage_error("--format: expected auto, jsonl or csv, "
-				   "got '%s'",
-				   a->format);
+		return kvs_cli_usage_error(
+			CMD,
+			"--format: expected auto, jsonl or csv, "
+			"got '%s'",
+			a->format);
 	rc = trace_read(a->trace_path, &ro, t);
 	if (rc)
 		return KVS_EXIT_FAIL;
@@ -769,20 +760,11 @@ static int load_trace(const struct args *a, const struct replay_model *m,
 	*ids_secs = (double)(t1.tv_sec - t0.tv_sec) +
 		    (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
 	if (rc) {
-		kvs_cli_error(CMD, "span ids: %s", kvs_strerror(rc));
+		kvs_cli_fail(CMD, rc, "span ids");
 		trace_free(t);
 		return KVS_EXIT_FAIL;
 	}
 	return 0;
-}
-
-static int finish_stdout(void)
-{
-	if (fflush(stdout) != 0 || ferror(stdout)) {
-		kvs_cli_error(CMD, "stdout: write error");
-		return KVS_EXIT_FAIL;
-	}
-	return KVS_EXIT_OK;
 }
 
 static int run_sweep(const struct args *a, const struct replay_model *m,
@@ -825,7 +807,7 @@ static int run_sweep(const struct args *a, const struct replay_model *m,
 	free(res);
 	if (rc)
 		return KVS_EXIT_FAIL;
-	return finish_stdout();
+	return KVS_EXIT_OK;
 }
 
 int kvs_bench_trace(int argc, char **argv)
@@ -843,7 +825,7 @@ int kvs_bench_trace(int argc, char **argv)
 
 	rc = parse_args(argc, argv, &a);
 	if (rc == KVS_CLI_HELP)
-		return KVS_EXIT_OK;
+		return kvs_cli_usage(CMD, trace_usage, KVS_CLI_HELP);
 	if (rc)
 		return rc;
 	if (a.dir == NULL) {
@@ -855,12 +837,13 @@ int kvs_bench_trace(int argc, char **argv)
 	if (rc)
 		return rc;
 	if (replay_plan_make(&m, REPLAY_QUANT, a.scale, &plan) != 0)
-		return usage_error("--scale %u is not a product of a divisor "
-				   "of the layers (%u), of the spans per block "
-				   "(%u) and of the KV heads (%u)",
-				   a.scale, m.layers,
-				   m.block_tokens / m.shape.span,
-				   m.shape.kv_heads);
+		return kvs_cli_usage_error(
+			CMD,
+			"--scale %u is not a product of a divisor "
+			"of the layers (%u), of the spans per block "
+			"(%u) and of the KV heads (%u)",
+			a.scale, m.layers, m.block_tokens / m.shape.span,
+			m.shape.kv_heads);
 	rc = load_trace(&a, &m, &t, model_fp, &ids_secs);
 	if (rc)
 		return rc;
@@ -886,5 +869,5 @@ int kvs_bench_trace(int argc, char **argv)
 	trace_free(&t);
 	if (rc)
 		return KVS_EXIT_FAIL;
-	return finish_stdout();
+	return KVS_EXIT_OK;
 }

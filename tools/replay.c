@@ -465,8 +465,7 @@ int replay_target_store(const char *cmd, const struct replay_store_config *c,
 	opts.create = true;
 	rc = kvs_store_open(st->dir, &opts, &st->store);
 	if (rc) {
-		kvs_cli_error(cmd, "cannot open a store in %s: %s", st->dir,
-			      kvs_strerror(rc));
+		kvs_cli_fail(cmd, rc, st->dir);
 		remove_store_dir(st->dir);
 		goto fail_dir;
 	}
@@ -619,8 +618,7 @@ int replay_run(const struct trace *t, struct replay_objects *o,
 	}
 	free(ids);
 	if (rc) {
-		kvs_cli_error(pg ? pg->cmd : "bench trace", "replay: %s",
-			      kvs_strerror(rc));
+		kvs_cli_fail(pg ? pg->cmd : "bench trace", rc, "replay");
 		return rc;
 	}
 	tg->ops->counters(tg->ctx, &tl.target);

@@ -484,7 +484,8 @@ def group_args():
         p = subprocess.run([KVSTASH, "bench", "trace", t, "--dir", SCRATCH]
                            + SMALL, stdout=full, stderr=subprocess.PIPE,
                            text=True, timeout=120)
-    check(p.returncode == 1 and "stdout" in p.stderr, "write error: %r" %
+    check(p.returncode == 1 and "standard output" in p.stderr and
+          len(p.stderr.strip().splitlines()) == 1, "write error: %r" %
           p.stderr)
     # --model presets and fp16 replay.
     r = replay(t, "--model", "qwen2.5-7b", "--fp16", "--scale", "28",
