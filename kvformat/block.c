@@ -401,6 +401,19 @@ int kvs_block_finish(const struct kvs_shape *shape,
 	return 0;
 }
 
+int kvs_object_set_ident(uint8_t *obj, size_t len,
+			 const struct kvs_ident *ident)
+{
+	struct kvs_header hdr;
+	int rc = kvs_header_decode(obj, len, 0, &hdr);
+
+	if (rc < 0)
+		return rc;
+	hdr.ident = *ident;
+	kvs_header_write(&hdr, obj);
+	return 0;
+}
+
 /* Hands @image out as the object, LZ4 re-encoded when asked. */
 static int emit(uint8_t *image, size_t len, unsigned flags, uint8_t **out,
 		size_t *out_len)

@@ -14,5 +14,6 @@ int kvs_cmd_demo(int argc, char **argv); /* cmd_demo.c */
 int kvs_cmd_store(int argc, char **argv); /* cmd_store.c */
 int kvs_bench_format(int argc, char **argv); /* bench_format.c */
 int kvs_bench_store(int argc, char **argv); /* bench_store.c */
+int kvs_bench_trace(int argc, char **argv); /* bench_trace.c */
 
 #endif

@@ -26,9 +26,12 @@ static const char bench_usage[] =
 	"usage: kvstash bench format [options]   (kvstash bench format "
 	"--help)\n"
 	"       kvstash bench store --dir DIR [options]\n"
+	"       kvstash bench trace TRACE [options]\n"
 	"\n"
 	"format: pack, unpack and verify on one core beside memcpy.\n"
-	"store: the store engine's DRAM and NVMe throughput and recovery.\n";
+	"store: the store engine's DRAM and NVMe throughput and recovery.\n"
+	"trace: a serving trace replayed through the store beside an LRU,\n"
+	"       2-bit against fp16 (docs/REPLAY.md).\n";
 
 static int cmd_bench(int argc, char **argv)
 {
@@ -36,13 +39,16 @@ static int cmd_bench(int argc, char **argv)
 		return kvs_bench_format(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "store") == 0)
 		return kvs_bench_store(argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "trace") == 0)
+		return kvs_bench_trace(argc - 1, argv + 1);
 	if (argc >= 2 &&
 	    (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0))
 		return kvs_cli_usage("bench", bench_usage, KVS_CLI_HELP);
 	if (argc >= 2)
 		return kvs_cli_usage_error("bench", "unknown benchmark '%s'",
 					   argv[1]);
-	return kvs_cli_usage_error("bench", "which benchmark? format or store");
+	return kvs_cli_usage_error("bench",
+				   "which benchmark? format, store or trace");
 }
 
 static const struct command commands[] = {
@@ -55,7 +61,7 @@ static const struct command commands[] = {
 	  "walk-through: pack, verify, unpack, report" },
 	{ "store", kvs_cmd_store, true,
 	  "put/get/stat/fsck on a store directory" },
-	{ "bench", cmd_bench, true, "benchmarks: format, store" },
+	{ "bench", cmd_bench, true, "benchmarks: format, store, trace" },
 };
 
 static void usage(void)

@@ -209,6 +209,18 @@ int kvs_block_finish(const struct kvs_shape *shape,
 		     const struct kvs_ident *ident, uint8_t *image);
 
 /*
+ * kvs_object_set_ident - give an uncompressed or compressed object a new
+ * identity in place: the header's span id, parent id, model fingerprint,
+ * layer and first position become @ident and the header checksum is
+ * recomputed; the sections and their checksums are untouched, so one
+ * encoded object can stand for many (benchmarks, replays).  The header
+ * must decode (kvs_header_decode); returns 0 or that error, @obj
+ * unchanged on error.
+ */
+int kvs_object_set_ident(uint8_t *obj, size_t len,
+			 const struct kvs_ident *ident);
+
+/*
  * kvs_block_seal - quantize + finish, optionally LZ4 (flag KVS_ENCODE_LZ4).
  * @out: malloc'd encoded object, owned by the caller (free()).
  */

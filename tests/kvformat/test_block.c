@@ -450,6 +450,149 @@ static void test_deterministic_and_finish(void **state)
 	sealed_free(&b);
 }
 
+/* Residual values of every tail type: the largest finite values of both
+ * signs and subnormals pass; an infinity of either sign or a NaN, first
+ * or last in either section, is refused. */
+static void test_tail_nonfinite_every_dtype(void **state)
+{
+	static const struct {
+		enum kvs_dtype t;
+		uint32_t finite[4], bad[3]; /* max, -max, subnormal, 0 */
+	} cases[] = {
+		{ KVS_DTYPE_F16,
+		  { 0x7bff, 0xfbff, 0x0001, 0x8000 },
+		  { 0x7c00, 0xfc00, 0x7e01 } },
+		{ KVS_DTYPE_BF16,
+		  { 0x7f7f, 0xff7f, 0x0001, 0x8000 },
+		  { 0x7f80, 0xff80, 0x7fc1 } },
+		{ KVS_DTYPE_F32,
+		  { 0x7f7fffff, 0xff7fffff, 0x00000001, 0x80000000 },
+		  { 0x7f800000, 0xff800000, 0x7fc00001 } },
+	};
+	struct kvs_shape sh;
+	struct kvs_ident id;
+	uint8_t rows[3 * 32 * 4], *obj;
+	size_t len;
+
+	(void)state;
+	tiny_shape(&sh);
+	test_ident_fill(&id);
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		enum kvs_dtype t = cases[c].t;
+		int e = (int)kvs_dtype_size(t);
+
+		for (int i = 0; i < 3 * 32; i++)
+			put_le(rows + i * e, cases[c].finite[i % 4], e);
+		assert_int_equal(kvs_tail_encode(&sh, &id, t, 2, 3, rows, rows,
+						 0, &obj, &len),
+				 0);
+		assert_int_equal(kvs_object_verify(obj, len, 0), 0);
+		for (int sec = KVS_SEC_KEY_RESID; sec <= KVS_SEC_VAL_RESID;
+		     sec++) {
+			uint32_t off = sec_offset(obj, sec);
+			uint32_t n = (sec == KVS_SEC_KEY_RESID ? 2 : 3) * 32;
+
+			for (int b = 0; b < 3; b++) {
+				for (uint32_t at = 0; at < n; at += n - 1) {
+					uint8_t *p = obj + off + at * e;
+					uint64_t keep = get_le(p, e);
+
+					put_le(p, cases[c].bad[b], e);
+					fix_section_sum(obj, sec);
+					fix_header_sum(obj);
+					assert_int_equal(
+						kvs_object_verify(obj, len, 0),
+						-KVS_EMETA);
+					put_le(p, keep, e);
+					fix_section_sum(obj, sec);
+					fix_header_sum(obj);
+				}
+			}
+		}
+		assert_int_equal(kvs_object_verify(obj, len, 0), 0);
+		free(obj);
+	}
+}
+
+/* A new identity stamped on an encoded object gives the bytes a seal
+ * under that identity gives: block, LZ4 block and tail; a damaged header
+ * is refused and left as it was. */
+static void test_set_ident(void **state)
+{
+	struct kvs_ident id, other;
+	struct kvs_header h;
+	struct kvs_shape sh;
+	struct sealed a;
+	uint8_t *again, *lz, *lz_again, *tail, *tail_again, *copy;
+	size_t again_len, lz_len, lz_again_len, tail_len, tail_again_len;
+	uint16_t resid[2 * 3 * 64];
+
+	(void)state;
+	small_shape(&sh, 2, KVS_DTYPE_F16);
+	seal_block(&a, &sh, KVS_DTYPE_F16, 0, 11);
+	test_ident_fill(&id);
+	other = id;
+	other.block_id[0] ^= 0xff;
+	other.parent_id[5] ^= 0x0f;
+	other.model_fp[31] ^= 0x01;
+	other.layer = 31;
+	other.first_pos = 1u << 20;
+	assert_int_equal(kvs_block_seal(&sh, &other, KVS_DTYPE_F16, a.raw_keys,
+					a.raw_values, 0, &again, &again_len),
+			 0);
+	assert_int_equal(kvs_object_set_ident(a.obj, a.len, &other), 0);
+	assert_int_equal(a.len, again_len);
+	assert_memory_equal(a.obj, again, a.len);
+	assert_int_equal(kvs_header_decode(a.obj, a.len, 0, &h), 0);
+	assert_int_equal(h.ident.layer, 31);
+	assert_int_equal(kvs_object_verify(a.obj, a.len, 0), 0);
+
+	/* LZ4 sections stay compressed and checked. */
+	assert_int_equal(kvs_block_seal(&sh, &id, KVS_DTYPE_F16, a.raw_keys,
+					a.raw_values, KVS_ENCODE_LZ4, &lz,
+					&lz_len),
+			 0);
+	assert_int_equal(kvs_block_seal(&sh, &other, KVS_DTYPE_F16, a.raw_keys,
+					a.raw_values, KVS_ENCODE_LZ4, &lz_again,
+					&lz_again_len),
+			 0);
+	assert_int_equal(kvs_object_set_ident(lz, lz_len, &other), 0);
+	assert_int_equal(lz_len, lz_again_len);
+	assert_memory_equal(lz, lz_again, lz_len);
+
+	/* A tail. */
+	for (size_t i = 0; i < sizeof(resid) / sizeof(resid[0]); i++)
+		kvs_dtype_store(KVS_DTYPE_F16, resid, i, (float)(i % 9) - 4.0f);
+	assert_int_equal(kvs_tail_encode(&sh, &id, KVS_DTYPE_F16, 3, 3, resid,
+					 resid, 0, &tail, &tail_len),
+			 0);
+	assert_int_equal(kvs_tail_encode(&sh, &other, KVS_DTYPE_F16, 3, 3,
+					 resid, resid, 0, &tail_again,
+					 &tail_again_len),
+			 0);
+	assert_int_equal(kvs_object_set_ident(tail, tail_len, &other), 0);
+	assert_int_equal(tail_len, tail_again_len);
+	assert_memory_equal(tail, tail_again, tail_len);
+
+	/* A header that fails its checksum is refused, nothing written. */
+	tail[40] ^= 1;
+	copy = malloc(tail_len);
+	assert_non_null(copy);
+	memcpy(copy, tail, tail_len);
+	assert_int_equal(kvs_object_set_ident(tail, tail_len, &id),
+			 -KVS_EHDRSUM);
+	assert_memory_equal(tail, copy, tail_len);
+	assert_int_equal(kvs_object_set_ident(tail, 100, &id), -KVS_ETRUNC);
+
+	free(copy);
+	free(tail);
+	free(tail_again);
+	free(lz);
+	free(lz_again);
+	free(again);
+	sealed_free(&a);
+}
+
 static void test_seal_refuses_bad_input(void **state)
 {
 	struct kvs_shape sh;
@@ -1108,6 +1251,8 @@ int main(void)
 		cmocka_unit_test(test_meta_reconstruction_overflow),
 		cmocka_unit_test(test_tail_meta_and_flags),
 		cmocka_unit_test(test_strerror_names_every_code),
+		cmocka_unit_test(test_set_ident),
+		cmocka_unit_test(test_tail_nonfinite_every_dtype),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

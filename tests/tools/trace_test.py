@@ -1,0 +1,518 @@
+#!/usr/bin/env python3
+"""Integration tests of `kvstash bench trace` and bench/trace_gen.py.
+
+trace_test.py KVSTASH BENCH_DIR SCRATCH GROUP drives the real binary on
+traces written here (whose counts are worked out by hand in the comments)
+and on traces from the generator.  Stores are made under SCRATCH (a real
+disk).  Every check asserts a result; the first failure stops the group
+with a message and exit status 1.
+
+Groups: hand, lru, tiers, scale, determinism, malformed, csv, sweep, args.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+KVSTASH = BENCH = SCRATCH = TMP = None
+
+# One trace block of 512 tokens is 4 spans of 128; the test model has one
+# layer and one KV head of D=128, so a block is 4 objects (2-bit: 12800
+# bytes each, a 16 KiB record and DRAM slot).  A DRAM arena under 1 MiB is
+# cut into 64 KiB slabs of 4 slots: 64 KiB of DRAM holds exactly 1 block.
+SMALL = ["--layers", "1", "--kv-heads", "1", "--head-dim", "128"]
+OBJ = 12800
+BLOCK_DRAM = 64 << 10
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def run(*args, expect=0, env=None):
+    p = subprocess.run([KVSTASH] + [str(a) for a in args],
+                       capture_output=True, text=True, timeout=600, env=env)
+    if expect is not None and p.returncode != expect:
+        raise Failure("kvstash %s: exit %d, expected %d\nstdout:\n%s\n"
+                      "stderr:\n%s" % (" ".join(map(str, args)),
+                                       p.returncode, expect, p.stdout,
+                                       p.stderr))
+    return p
+
+
+def replay(trace, *args):
+    """One replay with --json; the parsed object."""
+    p = run("bench", "trace", trace, "--dir", SCRATCH, "--progress", "0",
+            "--json", *args)
+    return json.loads(p.stdout)
+
+
+def write_trace(name, requests):
+    """@requests: (input_length, hash_ids) pairs, as JSON lines."""
+    path = os.path.join(TMP, name)
+    with open(path, "w") as f:
+        for i, (tokens, ids) in enumerate(requests):
+            f.write(json.dumps({"timestamp": i * 10, "input_length": tokens,
+                                "output_length": 16, "hash_ids": ids}))
+            f.write("\n")
+    return path
+
+
+def gen(name, *args):
+    path = os.path.join(TMP, name)
+    subprocess.run([sys.executable, os.path.join(BENCH, "trace_gen.py"),
+                    "-o", path] + [str(a) for a in args], check=True,
+                   timeout=120)
+    return path
+
+
+def counts(r):
+    """The counters a replay must reproduce (no timings)."""
+    keys = ("requests", "lookup_blocks", "hit_blocks", "miss_blocks",
+            "dram_hit_blocks", "nvme_hit_blocks", "prompt_tokens",
+            "hit_tokens", "prefill_tokens_saved")
+    return {k: r[k] for k in keys}
+
+
+def expect_counts(r, **want):
+    for k, v in want.items():
+        check(r[k] == v, "%s: %r, expected %r" % (k, r[k], v))
+
+
+# ---- hand-computed traces -------------------------------------------------
+
+def group_hand():
+    dram = "1M"  # 16 blocks: nothing is evicted below
+
+    # One prefix of 3 blocks, four times: the first request misses all 3
+    # (12 objects put), the next three hit all 3 (36 objects read).
+    t = write_trace("repeat.jsonl", [(1536, [1, 2, 3])] * 4)
+    r = replay(t, *SMALL, "--dram-capacity", dram, "--nvme-capacity", "0")
+    expect_counts(r, requests=4, lookup_blocks=12, hit_blocks=9,
+                  miss_blocks=3, dram_hit_blocks=9, nvme_hit_blocks=0,
+                  prompt_tokens=4 * 1536, hit_tokens=9 * 512,
+                  prefill_tokens_saved=9 * 512, evictions=0,
+                  objects_put=12, objects_read=36,
+                  bytes_written=12 * OBJ, bytes_read=36 * OBJ)
+    check(r["prefix_hit_ratio"] == 0.75, "ratio %r" % r["prefix_hit_ratio"])
+    check(r["objects"]["per_block"] == 4 and
+          r["objects"]["object_bytes"] == OBJ, "objects %r" % r["objects"])
+    expect_counts(r["lru"], hit_blocks=9, hit_tokens=9 * 512)
+
+    # A chain that extends: [1], [1 2], [1 2 3], [1 2 3 4]: request n
+    # hits the n-1 blocks before it and adds one.
+    t = write_trace("chain.jsonl", [(512 * n, list(range(1, n + 1)))
+                                    for n in range(1, 5)])
+    r = replay(t, *SMALL, "--dram-capacity", dram, "--nvme-capacity", "0")
+    expect_counts(r, lookup_blocks=10, hit_blocks=6, hit_tokens=6 * 512,
+                  prompt_tokens=10 * 512, objects_put=16, evictions=0)
+    expect_counts(r["lru"], hit_blocks=6)
+
+    # Equal ids under different parents are different prefixes: [1 2 3]
+    # then [1 2 4] (hits 1 2), then [5 2 3] (2 after 5 is new: no hit).
+    t = write_trace("tree.jsonl", [(1536, [1, 2, 3]), (1536, [1, 2, 4]),
+                                   (1536, [5, 2, 3])])
+    r = replay(t, *SMALL, "--dram-capacity", dram, "--nvme-capacity", "0")
+    expect_counts(r, lookup_blocks=9, hit_blocks=2, objects_put=28)
+    check(r["distinct_blocks"] == 7, "distinct %r" % r["distinct_blocks"])
+
+    # A partial last block: 1300 tokens in 3 blocks, twice; the second
+    # request saves all its 1300 tokens, not 3 x 512.
+    t = write_trace("partial.jsonl", [(1300, [7, 8, 9])] * 2)
+    r = replay(t, *SMALL, "--dram-capacity", dram, "--nvme-capacity", "0")
+    expect_counts(r, hit_blocks=3, hit_tokens=1300, prompt_tokens=2600)
+    check(r["length_mismatches"] == 0, "mismatches")
+    t = write_trace("mismatch.jsonl", [(100, [7, 8, 9])])
+    r = replay(t, *SMALL, "--dram-capacity", dram, "--nvme-capacity", "0")
+    check(r["length_mismatches"] == 1, "a 100-token prompt in 3 blocks "
+          "is counted as a mismatch")
+
+    # Capacity for exactly k = 3 blocks (3 slabs of 4 slots): [1 2 3]
+    # twice hits 3 the second time and evicts nothing.  One block less
+    # (2 slabs): putting block 3 evicts block 1 (the oldest, never read),
+    # so the second request finds no prefix at all.  The same for LRU.
+    t = write_trace("cap.jsonl", [(1536, [1, 2, 3])] * 2)
+    r = replay(t, *SMALL, "--dram-capacity", 3 * BLOCK_DRAM,
+               "--nvme-capacity", "0")
+    expect_counts(r, hit_blocks=3, evictions=0)
+    expect_counts(r["lru"], hit_blocks=3, evicted_blocks=0)
+    r = replay(t, *SMALL, "--dram-capacity", 2 * BLOCK_DRAM,
+               "--nvme-capacity", "0")
+    expect_counts(r, hit_blocks=0)
+    check(r["evictions"] >= 4, "evictions %r" % r["evictions"])
+    expect_counts(r["lru"], hit_blocks=0)
+    check(r["lru"]["evicted_blocks"] >= 1, "LRU evicted nothing")
+
+
+def group_lru():
+    # LRU of 3 blocks (DRAM only), one block a request:
+    # 1 2 3 1 4 1: the second 1 hits; 4 evicts 2 (least recent);
+    # the third 1 hits.  2 hits.
+    t = write_trace("lru1.jsonl", [(512, [b]) for b in (1, 2, 3, 1, 4, 1)])
+    r = replay(t, *SMALL, "--dram-capacity", 3 * BLOCK_DRAM,
+               "--nvme-capacity", "0")
+    expect_counts(r["lru"], hit_blocks=2, evicted_blocks=1)
+    # 1 2 3 4 1 2: LRU's worst case, 4 evicts 1, 1 evicts 2: no hit.
+    t = write_trace("lru2.jsonl", [(512, [b]) for b in (1, 2, 3, 4, 1, 2)])
+    r = replay(t, *SMALL, "--dram-capacity", 3 * BLOCK_DRAM,
+               "--nvme-capacity", "0")
+    expect_counts(r["lru"], hit_blocks=0, evicted_blocks=3)
+    # Two tiers, 1 block of DRAM in front of 2 of NVMe (one LRU of 3):
+    # 1 2 3 1: 1 was demoted to NVMe and is read from there.  (Blocks of
+    # 8 heads, 4 x 98816 bytes, so that 2 of them are an NVMe tier the
+    # store accepts.)
+    t = write_trace("lru3.jsonl", [(512, [b]) for b in (1, 2, 3, 1)])
+    block = 4 * 98816
+    r = replay(t, "--layers", "1", "--kv-heads", "8", "--head-dim", "128",
+               "--dram-capacity", block, "--nvme-capacity", 2 * block)
+    expect_counts(r["lru"], hit_blocks=1, nvme_hit_blocks=1,
+                  dram_hit_blocks=0, demoted_blocks=3, evicted_blocks=0)
+
+
+def group_tiers():
+    # DRAM for 1 block in front of a 1 MiB NVMe tier: the first request
+    # puts 3 blocks, so 2 leave DRAM for NVMe (spilled: written there);
+    # the second request finds all 3, some of them on NVMe.
+    t = write_trace("tiers.jsonl", [(1536, [1, 2, 3])] * 2)
+    r = replay(t, *SMALL, "--dram-capacity", BLOCK_DRAM,
+               "--nvme-capacity", "1M", "--segment-size", "256K")
+    expect_counts(r, hit_blocks=3, read_misses=0)
+    check(r["dram_hit_blocks"] + r["nvme_hit_blocks"] == 3, "tiers")
+    check(r["nvme_hit_blocks"] >= 2, "NVMe hits %r" % r["nvme_hit_blocks"])
+    check(r["spills"] >= 8, "spills %r" % r["spills"])
+    check(r["nvme_bytes_written"] == r["spills"] * OBJ, "NVMe bytes")
+    check(r["nvme_bytes_read"] >= 8 * OBJ, "NVMe reads")
+    check(r["dram_bytes_read"] + r["nvme_bytes_read"] == r["bytes_read"],
+          "bytes read by tier")
+    check(r["store_segment_size"] == 256 << 10 and
+          r["store_nvme_segments"] == 4, "segments as given at scale 1")
+
+
+# ---- properties on generated traces --------------------------------------
+
+MODEL4 = ["--layers", "4", "--kv-heads", "2", "--head-dim", "128"]
+# 4 layers of one head: 16 objects a block, each in a 16 KiB record, a
+# size every DRAM slab holds a whole number of.
+MODEL4H1 = ["--layers", "4", "--kv-heads", "1", "--head-dim", "128"]
+
+
+def group_scale():
+    # Layers, then spans per block, are divided away by the scale while
+    # every object keeps its real size, and the store's own sizes divide
+    # evenly at these capacities (20 slabs of DRAM whose tenth, the S3-FIFO
+    # small queue, is whole records; 64 NVMe segments of 16 blocks of
+    # 256 KiB of records each): hit counts do not change with the scale,
+    # and neither do the tiers.
+    t = gen("scale.jsonl", "--requests", "600", "--seed", "7",
+            "--documents", "80")
+    for dram, nvme in (("160M", "0"), ("80M", "256M")):
+        seg = ["--segment-size", 4096 + 16 * (256 << 10)]
+        base = replay(t, *MODEL4H1, "--dram-capacity", dram,
+                      "--nvme-capacity", nvme, *seg)
+        check(base["evictions"] > 0, "no eviction at %s" % dram)
+        check(0 < base["hit_blocks"] < base["lookup_blocks"],
+              "hits %r" % base["hit_blocks"])
+        if nvme != "0":
+            check(base["nvme_hit_blocks"] > 0, "no NVMe hit")
+            check(base["store_nvme_segments"] == 63, "segments %r" %
+                  base["store_nvme_segments"])
+        for k in (2, 4, 8, 16):
+            r = replay(t, *MODEL4H1, "--dram-capacity", dram,
+                       "--nvme-capacity", nvme, "--scale", k, *seg)
+            check(r["objects"]["per_block"] * k == 16, "objects at %d" % k)
+            if k == 16:
+                # A tier of a few hundred objects: the policy's minimum
+                # of 256 remembered keys is more blocks here than at
+                # scale 1, so the counts are close, not equal.
+                check(abs(r["hit_blocks"] - base["hit_blocks"]) <=
+                      0.03 * base["hit_blocks"], "scale 16: %d vs %d" %
+                      (r["hit_blocks"], base["hit_blocks"]))
+                continue
+            check(r["store_dram_capacity"] * k ==
+                  base["store_dram_capacity"], "DRAM at %d" % k)
+            check(r["store_nvme_segments"] == base["store_nvme_segments"]
+                  and (r["store_segment_size"] - 4096) * k ==
+                  (base["store_segment_size"] - 4096) or nvme == "0",
+                  "segments at %d" % k)
+            check(counts(r) == counts(base), "scale %d at %s/%s: %r != %r"
+                  % (k, dram, nvme, counts(r), counts(base)))
+            check(counts(r["lru"]) == counts(base["lru"]), "LRU scale")
+            check(r["bytes_written"] * k == base["bytes_written"],
+                  "bytes at scale %d" % k)
+            # Objects of one block leave together, except where a put
+            # stops inside a block.
+            check(abs(r["evictions"] * k - base["evictions"]) <=
+                  0.01 * base["evictions"] + 16,
+                  "evictions at scale %d: %d vs %d" %
+                  (k, r["evictions"], base["evictions"]))
+    # Objects that lose heads keep their per-record overhead in
+    # proportion (DRAM divided by 16 x 16384 / 2 x 28672 rather than 32).
+    r = replay(t, *MODEL4, "--dram-capacity", "128M", "--nvme-capacity",
+               "0", "--scale", "32")
+    check(r["objects"]["heads_kept"] == 1 and
+          r["store_dram_capacity"] == (128 << 20) * 16384 // (16 * 28672),
+          "head scaling: %r" % r["store_dram_capacity"])
+
+
+def group_determinism():
+    a = gen("g1.jsonl", "--requests", "300", "--seed", "5")
+    b = gen("g2.jsonl", "--requests", "300", "--seed", "5")
+    c = gen("g3.jsonl", "--requests", "300", "--seed", "6")
+    data = [open(p, "rb").read() for p in (a, b, c)]
+    check(data[0] == data[1], "same seed, different traces")
+    check(data[0] != data[2], "different seeds, same trace")
+
+    # What the generator promises, on the default mix: ids are chained
+    # prefix hashes (an id always follows the same parent) and a prompt
+    # is ceil(len/512) blocks; a system prompt's blocks are shared.
+    parents, firsts = {}, {}
+    for line in data[0].decode().splitlines():
+        r = json.loads(line)
+        ids = r["hash_ids"]
+        check(len(ids) == -(-r["input_length"] // 512), "blocks")
+        prev = None
+        for i in ids:
+            check(parents.setdefault(i, prev) == prev, "id %d has two "
+                  "parents" % i)
+            prev = i
+        firsts[ids[0]] = firsts.get(ids[0], 0) + 1
+    check(max(firsts.values()) > 30, "no shared first block")
+
+    # One conversation at a time, never closed: each request is the
+    # previous prompt, its answer and a new message, so it starts with
+    # the previous request's full blocks and is longer.
+    conv = [json.loads(l) for l in open(gen(
+        "conv.jsonl", "--requests", "40", "--mix", "1,0,0", "--open", "1",
+        "--turns", "1000", "--seed", "2"))]
+    for a_, b_ in zip(conv, conv[1:]):
+        full = a_["input_length"] // 512
+        check(b_["hash_ids"][:full] == a_["hash_ids"][:full] and
+              b_["input_length"] > a_["input_length"] + 5,
+              "a turn does not extend the previous one")
+    # Documents only, one document: [system][document][question] share
+    # every block before the one where the question starts.
+    docs = [json.loads(l) for l in open(gen(
+        "docs.jsonl", "--requests", "20", "--mix", "0,0,1", "--documents",
+        "1", "--seed", "2"))]
+    shared = (1200 + min(len(d["hash_ids"]) for d in docs)) // 512
+    for d in docs:
+        check(d["hash_ids"][:shared - 3] == docs[0]["hash_ids"][:shared - 3],
+              "documents do not share their prefix")
+    # Zipf over documents: the most popular is asked more than the least.
+    many = [json.loads(l) for l in open(gen(
+        "zipf.jsonl", "--requests", "400", "--mix", "0,0,1", "--documents",
+        "20", "--seed", "2"))]
+    second = {}
+    for d in many:
+        second[d["hash_ids"][3]] = second.get(d["hash_ids"][3], 0) + 1
+    counts_ = sorted(second.values())
+    check(counts_[-1] > 4 * counts_[0], "document popularity %r" % counts_)
+
+    r1 = replay(a, *MODEL4, "--dram-capacity", "8M", "--nvme-capacity",
+                "16M")
+    r2 = replay(a, *MODEL4, "--dram-capacity", "8M", "--nvme-capacity",
+                "16M")
+    for r in (r1, r2):
+        for k in ("wall_seconds", "requests_per_second", "span_id_seconds",
+                  "direct_io"):
+            r.pop(k)
+    check(r1 == r2, "two replays differ")
+
+
+def group_malformed():
+    good = json.dumps({"timestamp": 1, "input_length": 1024,
+                       "output_length": 5, "hash_ids": [1, 2]})
+    bad_lines = [
+        ("{not json", "not JSON"),
+        ('{"input_length": 10}', "hash_ids: missing"),
+        ('{"input_length": 10, "hash_ids": [1, -2]}', "hash_ids[1]"),
+        ('{"input_length": "10", "hash_ids": [1]}', "input_length"),
+        ('[1, 2]', "not a JSON object"),
+    ]
+    for i, (bad, cause) in enumerate(bad_lines):
+        path = os.path.join(TMP, "bad%d.jsonl" % i)
+        with open(path, "w") as f:
+            f.write("\n".join([good, good, bad, good, ""]))
+        p = run("bench", "trace", path, "--dir", SCRATCH, *SMALL,
+                "--json", expect=1)
+        lines = p.stderr.strip().splitlines()
+        check(len(lines) == 1, "one error line: %r" % p.stderr)
+        check(lines[0].startswith("kvstash bench trace: %s:3: " % path),
+              "line number: %r" % lines[0])
+        check(cause in lines[0], "cause %r in %r" % (cause, lines[0]))
+        check(p.stdout == "", "output after a fatal line")
+        r = json.loads(run("bench", "trace", path, "--dir", SCRATCH,
+                           *SMALL, "--json", "--on-error", "skip",
+                           "--progress", "0").stdout)
+        check(r["requests"] == 3 and r["skipped_lines"] == 1,
+              "skip: %r" % r["requests"])
+        check(r["hit_blocks"] == 4, "skip: hits %r" % r["hit_blocks"])
+
+    # CSV: a missing header is fatal even with skip; a bad row is
+    # reported with its line number.
+    path = os.path.join(TMP, "noheader.csv")
+    with open(path, "w") as f:
+        f.write("0,1024,5,1 2\n")
+    p = run("bench", "trace", path, "--dir", SCRATCH, *SMALL,
+            "--on-error", "skip", expect=1)
+    check(":1: expected the header" in p.stderr, p.stderr)
+    path = os.path.join(TMP, "badrow.csv")
+    with open(path, "w") as f:
+        f.write("timestamp,input_length,output_length,hash_ids\n"
+                "0,1024,5,1 2\n0,x,5,1 2\n")
+    p = run("bench", "trace", path, "--dir", SCRATCH, *SMALL, expect=1)
+    check("badrow.csv:3: input_length" in p.stderr, p.stderr)
+    empty = os.path.join(TMP, "empty.jsonl")
+    open(empty, "w").close()
+    p = run("bench", "trace", empty, "--dir", SCRATCH, expect=1)
+    check("no requests" in p.stderr, p.stderr)
+    p = run("bench", "trace", os.path.join(TMP, "absent.jsonl"), expect=1)
+    check(len(p.stderr.strip().splitlines()) == 1, p.stderr)
+
+
+def group_csv():
+    # The CSV form of the same trace replays to the same counts; ids may
+    # be written with spaces, ';' or in a quoted JSON-like list.
+    j = gen("c.jsonl", "--requests", "200", "--seed", "3")
+    c = gen("c.csv", "--requests", "200", "--seed", "3", "--format", "csv")
+    rj = replay(j, *MODEL4, "--dram-capacity", "8M", "--nvme-capacity", "0")
+    rc = replay(c, *MODEL4, "--dram-capacity", "8M", "--nvme-capacity", "0")
+    check(counts(rj) == counts(rc), "CSV and JSON lines differ")
+    path = os.path.join(TMP, "forms.csv")
+    with open(path, "w") as f:
+        f.write(" timestamp , input_length,output_length,hash_ids\r\n"
+                "0,1024,5,1 2\r\n1.5,1024,5,\"[1, 2]\"\r\n2,1024,5,1;2\r\n")
+    r = replay(path, *SMALL, "--format", "csv")
+    expect_counts(r, requests=3, hit_blocks=4)
+
+
+def group_sweep():
+    t = gen("sw.jsonl", "--requests", "300", "--seed", "11",
+            "--documents", "80")
+    png = os.path.join(TMP, "sweep.png")
+    p = run("bench", "trace", t, "--dir", SCRATCH, *MODEL4, "--progress",
+            "0", "--nvme-capacity", "0", "--sweep", "4M,8M,16M,64M",
+            "--json", "--plot", png)
+    s = json.loads(p.stdout)
+    check(len(s["points"]) == 4, "points")
+    prev = None
+    for pt in s["points"]:
+        q, h = pt["quant"], pt["fp16"]
+        check(q["format"] == "2-bit" and h["format"] == "fp16", "formats")
+        check(h["objects"]["object_bytes"] > 5 * q["objects"]["object_bytes"],
+              "fp16 objects are the fp16 size")
+        # LRU is a stack policy and every block is touched whatever the
+        # hits: a larger capacity never hits less, and fp16 (5.3x the
+        # bytes a block) never hits more than 2-bit at one capacity.
+        check(h["lru"]["hit_blocks"] <= q["lru"]["hit_blocks"], "LRU fp16")
+        if prev:
+            check(q["lru"]["hit_blocks"] >= prev["lru"]["hit_blocks"],
+                  "LRU monotone")
+        prev = q
+        check(q["requests_per_second"] > 0, "rate")
+    last = s["points"][-1]
+    check(last["quant"]["hit_blocks"] > last["fp16"]["hit_blocks"],
+          "2-bit hits more than fp16 at 64M")
+    try:
+        import matplotlib  # noqa: F401
+        have_mpl = True
+    except ImportError:
+        have_mpl = False
+    if have_mpl:
+        with open(png, "rb") as f:
+            check(f.read(8) == b"\x89PNG\r\n\x1a\n", "PNG written")
+    else:
+        check(not os.path.exists(png), "PNG without matplotlib")
+
+    # Without matplotlib the sweep still succeeds, without a PNG.
+    fake = os.path.join(TMP, "nompl")
+    os.makedirs(os.path.join(fake, "matplotlib"), exist_ok=True)
+    with open(os.path.join(fake, "matplotlib", "__init__.py"), "w") as f:
+        f.write("raise ImportError('hidden for the test')\n")
+    env = dict(os.environ, PYTHONPATH=fake)
+    png2 = os.path.join(TMP, "none.png")
+    p = run("bench", "trace", t, "--dir", SCRATCH, *MODEL4, "--progress",
+            "0", "--nvme-capacity", "0", "--sweep", "4M,8M", "--plot", png2,
+            env=env)
+    check(not os.path.exists(png2), "a PNG without matplotlib")
+    check("matplotlib is not installed" in p.stderr, p.stderr)
+    check("2-bit" in p.stdout and "fp16" in p.stdout, "sweep table")
+
+    # Progress lines go to stderr, the result to stdout.
+    p = run("bench", "trace", t, "--dir", SCRATCH, *MODEL4, "--progress",
+            "100", "--json")
+    check(p.stderr.count("requests/s") == 3, "progress: %r" % p.stderr)
+    json.loads(p.stdout)
+
+
+def group_args():
+    t = write_trace("args.jsonl", [(512, [1])])
+    usage = [
+        ["--scale", "3"],  # 3 divides neither 32 layers, 4 spans nor 8 heads
+        ["--model", "gpt-5"],
+        ["--layers", "2"],
+        ["--model", "llama-3-8b", "--layers", "2", "--kv-heads", "1",
+         "--head-dim", "128"],
+        ["--fp16", "--sweep", "1G"],
+        ["--plot", "x.png"],
+        ["--block-tokens", "500"],
+        ["--sweep-tier", "disk", "--sweep", "1G"],
+        ["--on-error", "ignore"],
+        ["--bits", "3"],
+        ["--format", "xml"],
+        ["--sweep", "1G,lots"],
+        ["--segment-size", "4K"],
+        ["--no-such-option"],
+    ]
+    for extra in usage:
+        p = run("bench", "trace", t, "--dir", SCRATCH, *extra, expect=2)
+        lines = p.stderr.strip().splitlines()
+        check(len(lines) == 2 and lines[0].startswith("kvstash bench trace: ")
+              and lines[1] == "try 'kvstash bench trace --help'",
+              "%r: %r" % (extra, p.stderr))
+    p = run("bench", "trace", "--help")
+    check(p.stdout.startswith("usage: kvstash bench trace"), "help")
+    run("bench", "trace", expect=2)
+    # A failed write of the result is an error.
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([KVSTASH, "bench", "trace", t, "--dir", SCRATCH]
+                           + SMALL, stdout=full, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+    check(p.returncode == 1 and "standard output" in p.stderr and
+          len(p.stderr.strip().splitlines()) == 1, "write error: %r" %
+          p.stderr)
+    # --model presets and fp16 replay.
+    r = replay(t, "--model", "qwen2.5-7b", "--fp16", "--scale", "28",
+               "--dram-capacity", "4G", "--nvme-capacity", "0")
+    check(r["model"]["layers"] == 28 and r["model"]["kv_heads"] == 4,
+          "preset")
+    check(r["format"] == "fp16" and r["objects"]["object_bytes"] ==
+          512 + 2 * 4 * 128 * 128 * 2, "fp16 object %r" % r["objects"])
+
+
+def main():
+    global KVSTASH, BENCH, SCRATCH, TMP
+    if len(sys.argv) != 5:
+        sys.stderr.write(__doc__)
+        return 2
+    KVSTASH, BENCH, SCRATCH, group = sys.argv[1:]
+    os.makedirs(SCRATCH, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=SCRATCH) as tmp:
+        TMP = tmp
+        try:
+            globals()["group_" + group]()
+        except Failure as e:
+            print("FAIL %s: %s" % (group, e))
+            return 1
+    print("ok %s" % group)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

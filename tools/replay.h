@@ -1,0 +1,216 @@
+/*
+ * replay.h - replaying a trace (trace.h) against a cache, for
+ * `kvstash bench trace`:
+ *   - the plan: how one trace block becomes store objects at a scale;
+ *   - the objects: one encoded template per replay, re-identified per
+ *     object (kvs_object_set_ident), so every object is a valid kvformat
+ *     object of the real size under the span id the runtime would use;
+ *   - the target: what the requests go to.  A small ops table; the store
+ *     engine opened in-process is the one target here, a kvstashd reached
+ *     through the client library would be a second one;
+ *   - the replay itself, and an LRU simulation of the same capacities.
+ * docs/REPLAY.md describes the mapping and the counters.
+ */
+#ifndef KVSTASH_TOOLS_REPLAY_H
+#define KVSTASH_TOOLS_REPLAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvstash/kvformat.h"
+#include "kvstash/store.h"
+#include "trace.h"
+
+/* The model and format a trace is replayed for. */
+struct replay_model {
+	const char *name; /* model id in the fingerprint */
+	uint32_t layers;
+	/* KV heads and head dim of the model; bits, G, R, metadata type and
+	 * the span S of the stored blocks. */
+	struct kvs_shape shape;
+	uint32_t block_tokens; /* T of the trace, a multiple of S */
+};
+
+enum replay_format {
+	REPLAY_QUANT = 0, /* sealed blocks at the shape's bits */
+	REPLAY_FP16 = 1, /* the same spans as fp16 K/V (residual tails) */
+};
+
+/*
+ * How one trace block is stored.  At scale 1: its T/S spans times L
+ * layers, one object each.  A scale K = layer_div x span_div x head_div
+ * keeps L/layer_div layers, one span in span_div (the last of each group,
+ * whose id still chains over every token before it) and H/head_div heads
+ * per object, so a block's bytes and the capacities are divided by K.
+ */
+struct replay_plan {
+	enum replay_format format;
+	uint32_t block_tokens;
+	uint32_t scale, layer_div, span_div, head_div;
+	uint32_t spans_per_block; /* T / S */
+	uint32_t spans_kept;
+	uint32_t layers_kept;
+	uint32_t heads_kept;
+	uint32_t objects_per_block; /* spans_kept x layers_kept */
+	uint32_t object_bytes; /* one stored object */
+	uint32_t full_object_bytes; /* the same object at scale 1 */
+	uint64_t full_block_bytes; /* (T/S) x L x full_object_bytes */
+};
+
+/* Bytes of the store record holding an object of @len bytes. */
+uint64_t replay_record_bytes(uint64_t len);
+
+/*
+ * replay_plan_make - the plan for @m, @format and @scale: layer_div is the
+ * largest divisor of L that divides the scale, then span_div the largest
+ * divisor of T/S that divides what is left, and head_div the rest, which
+ * must divide H.  0, or -KVS_EPARAM for a shape or scale that does not
+ * decompose (nothing printed).
+ */
+int replay_plan_make(const struct replay_model *m, enum replay_format format,
+		     uint32_t scale, struct replay_plan *out);
+
+/* The tiers given to the store for capacities at scale 1. */
+struct replay_tiers {
+	uint64_t dram, nvme, segment_size; /* for kvs_store_opts */
+	uint64_t nvme_segments;
+	/* false where the store's fixed sizes (its smallest segment, its
+	 * policy's minimum of remembered keys) or a segment that cannot
+	 * hold the same share of a block keep the tiers from holding the
+	 * same blocks as at scale 1: hit counts may then differ a little. */
+	bool exact;
+};
+
+/*
+ * replay_plan_tiers - the store's tiers standing for @dram, and @nvme in
+ * segments of @segment_size, at scale 1.  DRAM is divided by the factor a
+ * block's store records shrank by (objects x record bytes: the scale
+ * itself unless objects lost heads).  NVMe keeps the number of segments,
+ * each a 4 KiB header and records standing for the same share of blocks
+ * as at scale 1 (rounded down to whole records).
+ */
+void replay_plan_tiers(const struct replay_plan *p, uint64_t dram,
+		       uint64_t nvme, uint64_t segment_size,
+		       struct replay_tiers *out);
+
+/* The objects of one trace block, ready to put. */
+struct replay_objects {
+	struct replay_plan plan;
+	uint8_t model_fp[KVS_ID_SIZE];
+	uint8_t *images; /* objects_per_block copies of the template */
+	const uint8_t **objs;
+	size_t *lens;
+	int *results;
+	struct kvs_store_key *keys;
+	uint32_t *layers; /* 0 .. layers_kept - 1, for lookups */
+};
+
+/* Encodes the template (random finite K/V, deterministic) for @plan.
+ * 0 or an error; release with replay_objects_fini. */
+int replay_objects_init(struct replay_objects *o, const struct replay_model *m,
+			const struct replay_plan *plan,
+			const uint8_t model_fp[KVS_ID_SIZE]);
+void replay_objects_fini(struct replay_objects *o);
+
+/* ---- targets --------------------------------------------------------- */
+
+/* A target's own counters, in objects (the store's statistics). */
+struct replay_counters {
+	uint64_t dram_hits, nvme_hits;
+	uint64_t evictions, spills, promotions, carried, corrupt_dropped;
+	uint64_t dram_objects, dram_bytes, nvme_objects, nvme_bytes;
+	uint64_t segments;
+	bool direct_io;
+};
+
+struct replay_target_ops {
+	/* How many leading spans of @ids are present for every layer of
+	 * @layers (the runtime's first question). */
+	size_t (*lookup)(void *ctx, const uint8_t (*ids)[KVS_ID_SIZE], size_t n,
+			 const uint32_t *layers, size_t n_layers);
+	/* Reads @n objects so that the cache's policy sees the reads;
+	 * results[i] is 0 or the miss.  Returns 0 or a fatal -errno. */
+	int (*get)(void *ctx, const struct kvs_store_key *keys, size_t n,
+		   int *results);
+	/* Stores @n objects; results[i] is each one's 0 or refusal.  Returns
+	 * 0 or a fatal -errno (a refusal is not fatal). */
+	int (*put)(void *ctx, const uint8_t *const *objs, const size_t *lens,
+		   size_t n, int *results);
+	void (*counters)(void *ctx, struct replay_counters *out);
+	/* Closes; removes whatever the target created. */
+	void (*close)(void *ctx);
+};
+
+struct replay_target {
+	const struct replay_target_ops *ops;
+	void *ctx;
+};
+
+struct replay_store_config {
+	const char *parent_dir; /* a fresh store is made under it */
+	uint64_t dram_capacity, nvme_capacity, segment_size;
+};
+
+/*
+ * replay_target_store - a new, empty store in a fresh directory under
+ * parent_dir (DRAM tier and NVMe tier of the given capacities, puts at
+ * memory durability so objects reach NVMe by eviction, as in a cache);
+ * close removes the directory.  0 or an error after printing why.
+ */
+int replay_target_store(const char *cmd, const struct replay_store_config *c,
+			struct replay_target *out);
+
+/* ---- replay ---------------------------------------------------------- */
+
+/* What one replay counted.  Blocks are trace blocks; bytes are the
+ * bytes that moved at the replay's scale. */
+struct replay_tally {
+	uint64_t requests, lookup_blocks, hit_blocks;
+	uint64_t prompt_tokens, hit_tokens;
+	uint64_t dram_hit_blocks, nvme_hit_blocks;
+	uint64_t objects_put, put_refused, objects_read, read_misses;
+	uint64_t bytes_written, bytes_read; /* by the requests */
+	uint64_t dram_bytes_read, nvme_bytes_read, nvme_bytes_written;
+	uint64_t evicted_blocks, demoted_blocks; /* LRU only */
+	int first_refusal; /* 0 or the first refused put's error */
+	struct replay_counters target; /* at the end, before close */
+	double wall_seconds;
+};
+
+/* Counts one request whose longest cached prefix was @hit_blocks. */
+void replay_tally_request(struct replay_tally *t,
+			  const struct trace_request *rq, uint64_t hit_blocks,
+			  uint32_t block_tokens);
+
+struct replay_progress {
+	const char *cmd;
+	const char *label;
+	uint64_t every; /* requests between progress lines; 0 = none */
+};
+
+/*
+ * replay_run - every request in order: look up its longest cached prefix
+ * (the kept span ids of its blocks, every kept layer), read the objects
+ * of the hit blocks (one read per block, so each block's tier is known),
+ * then put the objects of every block after the prefix.  0 or a fatal
+ * error after printing why.
+ */
+int replay_run(const struct trace *t, struct replay_objects *o,
+	       const struct replay_target *target,
+	       const struct replay_progress *progress,
+	       struct replay_tally *out);
+
+/*
+ * replay_lru - the same requests against two LRU lists (DRAM, then NVMe:
+ * a block leaving DRAM is demoted to NVMe, a block read from NVMe moves
+ * back), which together are one LRU of the summed capacity.  Capacities
+ * count whole blocks of plan->full_block_bytes out of the capacities at
+ * scale 1, so the result does not depend on the scale; bytes are counted
+ * at the plan's scale, like the store's.
+ */
+int replay_lru(const struct trace *t, const struct replay_plan *plan,
+	       uint64_t dram_capacity, uint64_t nvme_capacity,
+	       struct replay_tally *out);
+
+#endif
