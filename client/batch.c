@@ -42,7 +42,10 @@ int kvs_batch_create(struct kvs_rt *rt, uint32_t capacity,
 	err = rt->eng->slots_init(rt, &b->slots);
 	if (err)
 		goto fail_arrays;
-	rt->batches++;
+	b->next = rt->batches;
+	if (rt->batches)
+		rt->batches->prev = b;
+	rt->batches = b;
 	*out = b;
 	return 0;
 
@@ -64,7 +67,12 @@ void kvs_batch_destroy(struct kvs_batch *b)
 	while (b->n)
 		kvs_seq_destroy(b->seqs[b->n - 1]);
 	b->rt->eng->slots_fini(b->rt, &b->slots);
-	b->rt->batches--;
+	if (b->prev)
+		b->prev->next = b->next;
+	else
+		b->rt->batches = b->next;
+	if (b->next)
+		b->next->prev = b->prev;
 	free(b->seqs);
 	free(b->which);
 	free(b->pages);

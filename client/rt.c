@@ -377,9 +377,8 @@ void kvs_rt_destroy(struct kvs_rt *rt)
 {
 	if (!rt)
 		return;
-	if (rt->batches)
-		kvs_log(KVS_LOG_ERR, "runtime: destroyed with %u live batches",
-			rt->batches);
+	while (rt->batches)
+		kvs_batch_destroy(rt->batches);
 	rt_worker_drain(&rt->fetcher);
 	rt_worker_drain(&rt->publisher);
 	worker_stop(&rt->fetcher);

@@ -195,7 +195,7 @@ struct kvs_rt {
 	struct kvs_rt_stats stats;
 	struct rt_key_set *published;
 	int publish_error;
-	uint32_t batches;
+	struct kvs_batch *batches; /* live ones, destroyed with the runtime */
 };
 
 void rt_count(struct kvs_rt *rt, uint64_t *counter, uint64_t n);
@@ -204,6 +204,7 @@ void rt_count(struct kvs_rt *rt, uint64_t *counter, uint64_t n);
 
 struct kvs_batch {
 	struct kvs_rt *rt;
+	struct kvs_batch *prev, *next; /* the runtime's list */
 	uint32_t cap, n;
 	struct kvs_seq **seqs;
 	struct rt_slots slots;

@@ -167,8 +167,8 @@ void kvs_rt_config_default(struct kvs_rt_config *cfg, uint32_t layers,
  */
 int kvs_rt_create(const struct kvs_rt_config *cfg, struct kvs_rt **out);
 
-/* Waits for pending publishes, stops the threads, frees the pool.  Every
- * batch must have been destroyed.  NULL is a no-op. */
+/* Destroys the batches still alive (and their sequences), waits for
+ * pending publishes, stops the threads, frees the pool.  NULL is a no-op. */
 void kvs_rt_destroy(struct kvs_rt *rt);
 
 /* The device actually in use (CPU or CUDA). */
