@@ -406,7 +406,8 @@ int kvs_seq_attach_prefix(struct kvs_seq *seq, const uint32_t *ids, size_t n,
 	rt = seq->batch->rt;
 	for (l = 0; l < rt->cfg.layers; l++) {
 		if (seq->layer[l].len.tokens) {
-			kvs_log(KVS_LOG_ERR, "attach: the sequence is not empty");
+			kvs_log(KVS_LOG_ERR,
+				"attach: the sequence is not empty");
 			return -KVS_EPARAM;
 		}
 	}
@@ -442,8 +443,9 @@ int kvs_seq_attach_prefix(struct kvs_seq *seq, const uint32_t *ids, size_t n,
 			  layers, rt->cfg.layers, &prefix);
 	free(layers);
 	if (err) {
-		kvs_log(KVS_LOG_WARN, "attach: lookup failed (%s); prefilling "
-				      "the whole prompt",
+		kvs_log(KVS_LOG_WARN,
+			"attach: lookup failed (%s); prefilling "
+			"the whole prompt",
 			kvs_strerror(err));
 		return 0;
 	}

@@ -141,8 +141,8 @@ static int step_range(struct kvs_batch *b, uint32_t first, uint32_t count,
 		err = eng->attend(rt, &b->slots, first, count, layer, q, out,
 				  max_tokens);
 	if (!err && seals)
-		err = eng->seal(rt, &b->slots, first, layer, b->which,
-				b->pages, seals);
+		err = eng->seal(rt, &b->slots, first, layer, b->which, b->pages,
+				seals);
 	if (!err)
 		err = eng->pop(rt, &b->slots, first, count, layer);
 	if (!err && rt->cfg.order == KVS_ORDER_PAPER)
@@ -157,7 +157,8 @@ static int step_range(struct kvs_batch *b, uint32_t first, uint32_t count,
 	}
 
 	for (i = 0; i < seals; i++) {
-		struct rt_layer *ly = &b->seqs[first + b->which[i]]->layer[layer];
+		struct rt_layer *ly =
+			&b->seqs[first + b->which[i]]->layer[layer];
 		uint32_t span = ly->len.k_quant / S;
 
 		ly->pages[span] = b->pages[i];
@@ -194,7 +195,8 @@ int kvs_seq_step(struct kvs_seq *seq, uint32_t layer, const void *q,
 	return step_range(seq->batch, seq->index, 1, layer, q, k, v, out);
 }
 
-/* ---- prefill ---------------------------------------------------------------- */
+/* ---- prefill ----------------------------------------------------------------
+ */
 
 /* Blocks sealed straight from the inputs: the layer holds only whole
  * spans and the prompt part covers the Value FIFO. */
@@ -229,8 +231,8 @@ static int prefill_direct(struct kvs_seq *seq, uint32_t layer, const void *k,
 	dev.v_quant = T - r_v;
 	dev.k_resid = T - k_quant;
 	dev.v_resid = r_v;
-	err = rt->eng->prefill(rt, &b->slots, seq->index, layer, k, v, n,
-			       pages, blocks, T0 / S, &dev);
+	err = rt->eng->prefill(rt, &b->slots, seq->index, layer, k, v, n, pages,
+			       blocks, T0 / S, &dev);
 	if (err) {
 		for (i = 0; i < blocks; i++)
 			rt_pool_put(rt, pages[i]);
@@ -332,7 +334,8 @@ int kvs_seq_prefill(struct kvs_seq *seq, uint32_t layer, const void *k,
 	}
 	len = &seq->layer[layer].len;
 	if ((uint64_t)len->tokens + n > rt->cfg.max_tokens) {
-		kvs_log(KVS_LOG_ERR, "prefill: %u + %u tokens exceed max_tokens %u",
+		kvs_log(KVS_LOG_ERR,
+			"prefill: %u + %u tokens exceed max_tokens %u",
 			len->tokens, n, rt->cfg.max_tokens);
 		return -KVS_EPARAM;
 	}

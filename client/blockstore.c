@@ -60,8 +60,8 @@ void kvs_blockstore_release(struct kvs_blockstore *bs)
 	free(bs);
 }
 
-const struct kvs_blockstore_ops *kvs_blockstore_ops(
-	const struct kvs_blockstore *bs)
+const struct kvs_blockstore_ops *
+kvs_blockstore_ops(const struct kvs_blockstore *bs)
 {
 	return bs->ops;
 }
@@ -96,8 +96,8 @@ static uint64_t now_ns(void)
 }
 
 static int local_lookup(void *ctx, const uint8_t (*span_ids)[KVS_ID_SIZE],
-			size_t n_spans, const uint32_t *layers,
-			size_t n_layers, size_t *prefix)
+			size_t n_spans, const uint32_t *layers, size_t n_layers,
+			size_t *prefix)
 {
 	struct local_bs *lb = ctx;
 
@@ -210,8 +210,8 @@ static int local_tail_put(void *ctx, const uint8_t key[KVS_ID_SIZE],
 	return 0;
 }
 
-static int local_tail_take(void *ctx, const uint8_t key[KVS_ID_SIZE],
-			   void *buf, size_t cap, size_t *len)
+static int local_tail_take(void *ctx, const uint8_t key[KVS_ID_SIZE], void *buf,
+			   size_t cap, size_t *len)
 {
 	struct local_bs *lb = ctx;
 	struct local_tail **p, *t;

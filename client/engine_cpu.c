@@ -129,15 +129,15 @@ static int cpu_slots_init(struct kvs_rt *rt, struct rt_slots *s)
 	if (!s->k_resid || !s->v_resid || !s->lens || !s->table)
 		goto fail;
 	for (l = 0; l < L; l++) {
-		s->k_resid[l] = calloc((size_t)s->cap * s->k_stride *
-					       row_floats(rt),
-				       sizeof(float));
-		s->v_resid[l] = calloc((size_t)s->cap * s->v_stride *
-					       row_floats(rt),
-				       sizeof(float));
+		s->k_resid[l] =
+			calloc((size_t)s->cap * s->k_stride * row_floats(rt),
+			       sizeof(float));
+		s->v_resid[l] =
+			calloc((size_t)s->cap * s->v_stride * row_floats(rt),
+			       sizeof(float));
 		s->lens[l] = calloc(s->cap, sizeof(struct rt_dev_len));
-		s->table[l] = calloc((size_t)s->cap * rt->max_pages,
-				     sizeof(int32_t));
+		s->table[l] =
+			calloc((size_t)s->cap * rt->max_pages, sizeof(int32_t));
 		if (!s->k_resid[l] || !s->v_resid[l] || !s->lens[l] ||
 		    !s->table[l])
 			goto fail;
@@ -156,8 +156,8 @@ static float *resid_row(struct kvs_rt *rt, struct rt_slots *s, uint32_t layer,
 	uint32_t stride = value ? s->v_stride : s->k_stride;
 	float *base = value ? s->v_resid[layer] : s->k_resid[layer];
 
-	return base + (((size_t)i * rt->cfg.shape.kv_heads + h) * stride + row) *
-			      rt->cfg.shape.head_dim;
+	return base + (((size_t)i * rt->cfg.shape.kv_heads + h) * stride +
+		       row) * rt->cfg.shape.head_dim;
 }
 
 static int cpu_slot_copy(struct kvs_rt *rt, struct rt_slots *s, uint32_t from,
@@ -208,8 +208,8 @@ static int cpu_check(struct kvs_rt *rt, uint32_t count, const void *q,
 	size_t kv = (size_t)count * row_floats(rt);
 
 	if ((q && !all_finite(dt, q,
-			  (size_t)count * rt->cfg.q_heads *
-				  rt->cfg.shape.head_dim)) ||
+			      (size_t)count * rt->cfg.q_heads *
+				      rt->cfg.shape.head_dim)) ||
 	    (k && !all_finite(dt, k, kv)) || (v && !all_finite(dt, v, kv))) {
 		kvs_log(KVS_LOG_ERR, "cpu engine: non-finite query, key or "
 				     "value");
@@ -279,8 +279,8 @@ static int cpu_attend(struct kvs_rt *rt, struct rt_slots *s, uint32_t first,
 		for (p = 0; p < pages; p++)
 			cs->history[p] = &cs->views[table[p]];
 		for (i = 0; i < qf; i++)
-			cs->q[i] = kvs_dtype_load(rt->cfg.kv_dtype, q,
-						  b * qf + i);
+			cs->q[i] =
+				kvs_dtype_load(rt->cfg.kv_dtype, q, b * qf + i);
 		memset(&a, 0, sizeof(a));
 		a.q_heads = rt->cfg.q_heads;
 		a.kv_heads = rt->cfg.shape.kv_heads;
@@ -303,9 +303,9 @@ static int cpu_attend(struct kvs_rt *rt, struct rt_slots *s, uint32_t first,
 		if (err)
 			return err;
 		for (i = 0; i < qf; i++)
-			kvs_dtype_store(rt->cfg.out_dtype, out, b * qf + i,
-					kvs_round_to(rt->cfg.out_dtype,
-						     cs->out[i]));
+			kvs_dtype_store(
+				rt->cfg.out_dtype, out, b * qf + i,
+				kvs_round_to(rt->cfg.out_dtype, cs->out[i]));
 	}
 	return 0;
 }
@@ -315,9 +315,9 @@ static int seal_page(struct kvs_rt *rt, int32_t page)
 {
 	struct cpu_state *cs = state(rt);
 
-	return kvs_block_quantize(&rt->cfg.shape, KVS_DTYPE_F32, cs->seal_k,
-				  cs->seal_v,
-				  rt->pool.base + (size_t)page * rt->page_stride);
+	return kvs_block_quantize(
+		&rt->cfg.shape, KVS_DTYPE_F32, cs->seal_k, cs->seal_v,
+		rt->pool.base + (size_t)page * rt->page_stride);
 }
 
 static int cpu_seal(struct kvs_rt *rt, struct rt_slots *s, uint32_t first,

@@ -285,10 +285,9 @@ static int cuda_slot_set(struct kvs_rt *rt, struct rt_slots *s, uint32_t i,
 	err = CK(cudaMemcpyAsync(&s->lens[layer][i], len, sizeof(*len),
 				 cudaMemcpyHostToDevice, st));
 	if (!err && n)
-		err = CK(cudaMemcpyAsync(s->table[layer] +
-						 (size_t)i * rt->max_pages,
-					 pages, sizeof(int32_t) * n,
-					 cudaMemcpyHostToDevice, st));
+		err = CK(cudaMemcpyAsync(
+			s->table[layer] + (size_t)i * rt->max_pages, pages,
+			sizeof(int32_t) * n, cudaMemcpyHostToDevice, st));
 	return err;
 }
 
@@ -401,17 +400,16 @@ static int cuda_pop(struct kvs_rt *rt, struct rt_slots *s, uint32_t first,
 /* Rows [from, from + n) of every head of a [kv][total][D] device input to
  * [kv][dst_stride][D] rows at @dst. */
 static int copy_rows(struct kvs_rt *rt, void *dst, uint32_t dst_stride,
-		     const void *src, uint32_t total, uint32_t from,
-		     uint32_t n, enum cudaMemcpyKind kind, cudaStream_t st)
+		     const void *src, uint32_t total, uint32_t from, uint32_t n,
+		     enum cudaMemcpyKind kind, cudaStream_t st)
 {
 	size_t row = (size_t)rt->cfg.shape.head_dim * esize(rt);
 
 	if (n == 0)
 		return 0;
-	return CK(cudaMemcpy2DAsync(dst, dst_stride * row,
-				    (const uint8_t *)src + from * row,
-				    total * row, n * row,
-				    rt->cfg.shape.kv_heads, kind, st));
+	return CK(cudaMemcpy2DAsync(
+		dst, dst_stride * row, (const uint8_t *)src + from * row,
+		total * row, n * row, rt->cfg.shape.kv_heads, kind, st));
 }
 
 static int cuda_prefill(struct kvs_rt *rt, struct rt_slots *s, uint32_t i,
@@ -449,12 +447,11 @@ static int cuda_prefill(struct kvs_rt *rt, struct rt_slots *s, uint32_t i,
 		if (!err)
 			err = kvs_cuda_seal_blocks(&seal);
 		if (!err)
-			err = CK(cudaMemcpyAsync(s->table[layer] +
-							 (size_t)i * rt->max_pages +
-							 first_page,
-						 pages, sizeof(int32_t) * blocks,
-						 cudaMemcpyHostToDevice,
-						 cs->step));
+			err = CK(cudaMemcpyAsync(
+				s->table[layer] + (size_t)i * rt->max_pages +
+					first_page,
+				pages, sizeof(int32_t) * blocks,
+				cudaMemcpyHostToDevice, cs->step));
 	}
 	if (!err)
 		err = copy_rows(rt, k_rows, s->k_stride, k, n, blocks * R,
@@ -516,8 +513,9 @@ static int cuda_resid_read(struct kvs_rt *rt, struct rt_slots *s, uint32_t i,
 	if (!err)
 		err = CK(cudaStreamSynchronize(cs->step));
 	if (!err && (len.k_resid != r_k || len.v_resid != r_v)) {
-		kvs_log(KVS_LOG_ERR, "cuda engine: residual lengths %u/%u on "
-				     "the device, %u/%u expected",
+		kvs_log(KVS_LOG_ERR,
+			"cuda engine: residual lengths %u/%u on "
+			"the device, %u/%u expected",
 			len.k_resid, len.v_resid, r_k, r_v);
 		err = -KVS_EPARAM;
 	}
@@ -529,14 +527,13 @@ static int cuda_resid_read(struct kvs_rt *rt, struct rt_slots *s, uint32_t i,
 				      s->k_stride * per_row, r_k * per_row,
 				      heads, cudaMemcpyDeviceToHost));
 	if (!err && r_v)
-		err = CK(cudaMemcpy2D(host + heads * r_k * per_row,
-				      r_v * per_row,
-				      (uint8_t *)s->v_resid[layer] +
-					      (size_t)i * s->v_stride *
-						      row_bytes(rt) +
-					      len.v_start * per_row,
-				      s->v_stride * per_row, r_v * per_row,
-				      heads, cudaMemcpyDeviceToHost));
+		err = CK(cudaMemcpy2D(
+			host + heads * r_k * per_row, r_v * per_row,
+			(uint8_t *)s->v_resid[layer] +
+				(size_t)i * s->v_stride * row_bytes(rt) +
+				len.v_start * per_row,
+			s->v_stride * per_row, r_v * per_row, heads,
+			cudaMemcpyDeviceToHost));
 	if (!err) {
 		size_t per = per_row / esize(rt);
 
@@ -565,12 +562,12 @@ static int cuda_resid_write(struct kvs_rt *rt, struct rt_slots *s, uint32_t i,
 	for (e = 0; e < nv; e++)
 		kvs_dtype_store(rt->cfg.kv_dtype, host, nk + e, v[e]);
 	if (r_k)
-		err = CK(cudaMemcpy2DAsync(
-			(uint8_t *)s->k_resid[layer] +
-				(size_t)i * s->k_stride * row_bytes(rt),
-			s->k_stride * per_row, host, r_k * per_row,
-			r_k * per_row, heads, cudaMemcpyHostToDevice,
-			cs->step));
+		err = CK(cudaMemcpy2DAsync((uint8_t *)s->k_resid[layer] +
+						   (size_t)i * s->k_stride *
+							   row_bytes(rt),
+					   s->k_stride * per_row, host,
+					   r_k * per_row, r_k * per_row, heads,
+					   cudaMemcpyHostToDevice, cs->step));
 	if (!err && r_v)
 		err = CK(cudaMemcpy2DAsync(
 			(uint8_t *)s->v_resid[layer] +
@@ -664,8 +661,8 @@ static int cuda_mark_wait(struct kvs_rt *rt, void *mark)
 
 static int cuda_mark_join(struct kvs_rt *rt, void *mark)
 {
-	return mark ? CK(cudaStreamWaitEvent(state(rt)->step,
-					     (cudaEvent_t)mark, 0))
+	return mark ? CK(cudaStreamWaitEvent(state(rt)->step, (cudaEvent_t)mark,
+					     0))
 		    : 0;
 }
 

@@ -295,11 +295,11 @@ int kvs_seq_import_tail(struct kvs_seq *seq, const uint32_t *ids, size_t n,
 	err = kvs_header_decode(tails[0], lens[0], 0, &h);
 	if (err)
 		goto out;
-	if (h.kind != KVS_KIND_TAIL ||
-	    h.ident.first_pos + h.r_v < h.r_k ||
+	if (h.kind != KVS_KIND_TAIL || h.ident.first_pos + h.r_v < h.r_k ||
 	    h.ident.first_pos + h.r_v - h.r_k > n) {
-		kvs_log(KVS_LOG_ERR, "import: the tail follows more tokens "
-				     "than the %zu ids given",
+		kvs_log(KVS_LOG_ERR,
+			"import: the tail follows more tokens "
+			"than the %zu ids given",
 			n);
 		err = -KVS_EPARAM;
 		goto out;

@@ -19,7 +19,8 @@
 #include "kvstash/log.h"
 #include "runtime_internal.h"
 
-/* ---- the set of published keys --------------------------------------------- */
+/* ---- the set of published keys ---------------------------------------------
+ */
 
 struct rt_key_set {
 	struct kvs_store_key *slot; /* layer UINT32_MAX: empty */
@@ -149,7 +150,8 @@ static void key_remove(struct rt_key_set *set, const struct kvs_store_key *key)
 	}
 }
 
-/* ---- publish jobs ------------------------------------------------------------- */
+/* ---- publish jobs
+ * ------------------------------------------------------------- */
 
 struct publish_item {
 	int32_t page;

@@ -70,8 +70,9 @@ static int check_config(const struct kvs_rt_config *cfg)
 	}
 	if (cfg->max_tokens == 0 || cfg->max_tokens > (1u << 30) ||
 	    cfg->pool_pages == 0 || cfg->pool_pages > (1u << 30)) {
-		kvs_log(KVS_LOG_ERR, "runtime: max_tokens %u and pool_pages %u "
-				     "must be in 1 .. 2^30",
+		kvs_log(KVS_LOG_ERR,
+			"runtime: max_tokens %u and pool_pages %u "
+			"must be in 1 .. 2^30",
 			cfg->max_tokens, cfg->pool_pages);
 		return -KVS_EPARAM;
 	}
@@ -98,7 +99,7 @@ static const struct rt_engine_ops *pick_engine(enum kvs_rt_device device,
 	default:
 		/* the device kernels keep 16-bit residuals */
 		return cuda && kv_dtype != KVS_DTYPE_F32 ? cuda
-							  : &rt_engine_cpu;
+							 : &rt_engine_cpu;
 	}
 }
 
@@ -243,8 +244,7 @@ static void worker_stop(struct rt_worker *w)
 	w->started = false;
 }
 
-void rt_worker_queue(struct kvs_rt *rt, struct rt_worker *w,
-		     struct rt_job *job)
+void rt_worker_queue(struct kvs_rt *rt, struct rt_worker *w, struct rt_job *job)
 {
 	(void)rt;
 	job->next = NULL;
@@ -316,8 +316,8 @@ int kvs_rt_create(const struct kvs_rt_config *cfg, struct kvs_rt **out)
 	if (err)
 		goto fail_strings;
 	rt->page_stride = ((uint64_t)rt->layout.total_size + 255) / 256 * 256;
-	rt->max_pages = (cfg->max_tokens + cfg->shape.span - 1) /
-			cfg->shape.span;
+	rt->max_pages =
+		(cfg->max_tokens + cfg->shape.span - 1) / cfg->shape.span;
 	rt->eng = pick_engine(cfg->device, cfg->kv_dtype);
 	if (!rt->eng) {
 		err = -KVS_ENODEV;
@@ -437,7 +437,8 @@ void kvs_rt_stats(struct kvs_rt *rt, struct kvs_rt_stats *out)
 	pthread_mutex_unlock(&rt->pool.lock);
 }
 
-/* ---- ids ------------------------------------------------------------------ */
+/* ---- ids ------------------------------------------------------------------
+ */
 
 int rt_span_ids(const struct kvs_rt *rt, const uint32_t *ids, uint32_t spans,
 		uint8_t (*out)[KVS_ID_SIZE])

@@ -90,8 +90,8 @@ struct rt_engine_ops {
 	 * the FIFO, page table entries from @first_page, lengths @len.
 	 */
 	int (*prefill)(struct kvs_rt *rt, struct rt_slots *s, uint32_t i,
-		       uint32_t layer, const void *k, const void *v,
-		       uint32_t n, const int32_t *pages, uint32_t blocks,
+		       uint32_t layer, const void *k, const void *v, uint32_t n,
+		       const int32_t *pages, uint32_t blocks,
 		       uint32_t first_page, const struct rt_dev_len *len);
 	/* Token @t of [kv][n][D] inputs into the engine's row buffers; the
 	 * returned pointers stay valid until the next call. */
@@ -200,7 +200,8 @@ struct kvs_rt {
 
 void rt_count(struct kvs_rt *rt, uint64_t *counter, uint64_t n);
 
-/* ---- batch and sequence --------------------------------------------------- */
+/* ---- batch and sequence ---------------------------------------------------
+ */
 
 struct kvs_batch {
 	struct kvs_rt *rt;

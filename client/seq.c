@@ -169,8 +169,9 @@ int kvs_seq_append_ids(struct kvs_seq *seq, const uint32_t *ids, size_t n)
 	if (!seq || (!ids && n))
 		return -KVS_EPARAM;
 	if (seq->n_ids + n > seq->batch->rt->cfg.max_tokens) {
-		kvs_log(KVS_LOG_ERR, "sequence: %zu token ids exceed "
-				     "max_tokens %u",
+		kvs_log(KVS_LOG_ERR,
+			"sequence: %zu token ids exceed "
+			"max_tokens %u",
 			seq->n_ids + n, seq->batch->rt->cfg.max_tokens);
 		return -KVS_EPARAM;
 	}
@@ -247,10 +248,16 @@ int kvs_seq_block(struct kvs_seq *seq, uint32_t layer, uint32_t index,
 	uint8_t *image;
 	int err;
 
-	if (!seq || !out || !out_len || layer >= seq->batch->rt->cfg.layers ||
-	    index >= kvs_seq_block_count(seq, layer))
+	if (!seq || !out || !out_len || layer >= seq->batch->rt->cfg.layers)
 		return -KVS_EPARAM;
 	rt = seq->batch->rt;
+	if (seq->attach) {
+		err = kvs_seq_attach_wait(seq, layer);
+		if (err)
+			return err;
+	}
+	if (index >= kvs_seq_block_count(seq, layer))
+		return -KVS_EPARAM;
 	err = rt->eng->sync(rt);
 	if (err)
 		return err;
@@ -279,21 +286,23 @@ int kvs_seq_history(struct kvs_seq *seq, uint32_t layer, uint32_t first,
 	struct kvs_rt *rt;
 	int err;
 
-	if (!seq || !k || !v || layer >= seq->batch->rt->cfg.layers ||
-	    (uint64_t)first + count > kvs_seq_block_count(seq, layer) ||
-	    (dtype != KVS_DTYPE_F32 && dtype != KVS_DTYPE_F16 &&
-	     dtype != KVS_DTYPE_BF16)) {
-		kvs_log(KVS_LOG_ERR, "history: bad layer, span range or dtype");
+	if (!seq || !k || !v || layer >= seq->batch->rt->cfg.layers)
 		return -KVS_EPARAM;
-	}
-	if (count == 0)
-		return 0;
 	rt = seq->batch->rt;
+	/* an attached prefix counts once it is in */
 	if (seq->attach) {
 		err = kvs_seq_attach_wait(seq, layer);
 		if (err)
 			return err;
 	}
+	if ((uint64_t)first + count > kvs_seq_block_count(seq, layer) ||
+	    (dtype != KVS_DTYPE_F32 && dtype != KVS_DTYPE_F16 &&
+	     dtype != KVS_DTYPE_BF16)) {
+		kvs_log(KVS_LOG_ERR, "history: bad span range or dtype");
+		return -KVS_EPARAM;
+	}
+	if (count == 0)
+		return 0;
 	return rt->eng->history(rt, seq->layer[layer].pages + first, count,
 				dtype, k, v);
 }

@@ -108,8 +108,8 @@ int kvs_blockstore_create(const struct kvs_blockstore_ops *ops, void *ctx,
 struct kvs_blockstore *kvs_blockstore_ref(struct kvs_blockstore *bs);
 /* Drops a reference; the last one destroys.  NULL is a no-op. */
 void kvs_blockstore_release(struct kvs_blockstore *bs);
-const struct kvs_blockstore_ops *kvs_blockstore_ops(
-	const struct kvs_blockstore *bs);
+const struct kvs_blockstore_ops *
+kvs_blockstore_ops(const struct kvs_blockstore *bs);
 void *kvs_blockstore_ctx(const struct kvs_blockstore *bs);
 
 /*

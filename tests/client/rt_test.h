@@ -29,8 +29,9 @@
 #define T_R 32
 
 /* A runtime of the test model on the CPU with @dtype K/V. */
-static inline struct kvs_rt *t_runtime(enum kvs_dtype dtype, enum kvs_order order,
-				       const char *ns, uint32_t pool_pages,
+static inline struct kvs_rt *t_runtime(enum kvs_dtype dtype,
+				       enum kvs_order order, const char *ns,
+				       uint32_t pool_pages,
 				       struct kvs_blockstore *store)
 {
 	struct kvs_rt_config cfg;
@@ -162,10 +163,11 @@ static inline void t_decode(struct kvs_seq *seq, uint64_t seed,
 		for (uint32_t l = 0; l < T_LAYERS; l++) {
 			t_token_q(seed, l, pos, dtype, q, 0);
 			t_token_kv(seed, l, pos, dtype, k, v, T_D, 0);
-			assert_int_equal(kvs_seq_step(seq, l, q, k, v,
-						      out + ((size_t)s * T_LAYERS +
-							     l) * T_OUT),
-					 0);
+			assert_int_equal(
+				kvs_seq_step(seq, l, q, k, v,
+					     out + ((size_t)s * T_LAYERS + l) *
+							     T_OUT),
+				0);
 		}
 		assert_int_equal(kvs_seq_append_ids(seq, &id, 1), 0);
 	}

@@ -56,7 +56,8 @@ static void check_handoff(struct fixture *fx, enum kvs_dtype dtype,
 	struct kvs_batch *pb, *db;
 	struct kvs_seq *a, *b;
 	size_t n = (size_t)STEPS * T_LAYERS * T_OUT;
-	float *want = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n);
+	float *want = malloc(sizeof(float) * n),
+	      *got = malloc(sizeof(float) * n);
 	uint32_t *ids = t_ids(ID_SEED + req, prompt);
 	uint8_t rid[KVS_ID_SIZE];
 
@@ -112,12 +113,14 @@ static void test_handoff_bit_exact(void **state)
 static void test_handoff_missing_block(void **state)
 {
 	struct fixture *fx = *state;
-	struct faulty f = { .inner = fx->store, .kind = FAULT_LOST, .span = 2,
-			    .layer = 1 };
+	struct faulty f = {
+		.inner = fx->store, .kind = FAULT_LOST, .span = 2, .layer = 1
+	};
 	struct kvs_blockstore *bs = faulty_store(&f);
-	struct kvs_rt *pre = t_runtime(KVS_DTYPE_F16, KVS_ORDER_KIVI, "m", 64,
-				       fx->store);
-	struct kvs_rt *dec = t_runtime(KVS_DTYPE_F16, KVS_ORDER_KIVI, "m", 64, bs);
+	struct kvs_rt *pre =
+		t_runtime(KVS_DTYPE_F16, KVS_ORDER_KIVI, "m", 64, fx->store);
+	struct kvs_rt *dec =
+		t_runtime(KVS_DTYPE_F16, KVS_ORDER_KIVI, "m", 64, bs);
 	struct kvs_batch *pb, *db;
 	struct kvs_seq *a, *b;
 	uint32_t *ids = t_ids(ID_SEED, 150);

@@ -47,7 +47,8 @@ static int setup(void **state)
 	fx->want = malloc(sizeof(float) * OUT_FLOATS);
 
 	/* the first request computes and publishes its prompt */
-	rt = t_runtime(KVS_DTYPE_F16, KVS_ORDER_KIVI, "tenant-a", 128, fx->store);
+	rt = t_runtime(KVS_DTYPE_F16, KVS_ORDER_KIVI, "tenant-a", 128,
+		       fx->store);
 	assert_int_equal(kvs_batch_create(rt, 2, &batch), 0);
 	assert_int_equal(kvs_seq_create(batch, &seq), 0);
 	assert_int_equal(kvs_seq_append_ids(seq, fx->ids, PROMPT), 0);
@@ -115,9 +116,8 @@ static uint32_t attach_and_check(struct fixture *fx, struct kvs_rt *rt,
 	assert_true(kept <= attached && kept % T_R == 0);
 	for (uint32_t l = 0; l < T_LAYERS; l++)
 		assert_int_equal(kvs_seq_tokens(seq, l), kept);
-	assert_int_equal(t_prefill(seq, SEED, KVS_DTYPE_F16, kept,
-				   PROMPT - kept),
-			 0);
+	assert_int_equal(
+		t_prefill(seq, SEED, KVS_DTYPE_F16, kept, PROMPT - kept), 0);
 	decode(seq, got);
 	assert_memory_equal(got, fx->want, sizeof(float) * OUT_FLOATS);
 	kvs_batch_destroy(batch);
@@ -166,12 +166,12 @@ static void prompt_span_ids(struct fixture *fx, struct kvs_rt *rt)
 				 0);
 }
 
-static void check_fault(struct fixture *fx, enum fault_kind kind,
-			uint32_t span, uint32_t layer, uint32_t expect_kept,
-			bool corrupt)
+static void check_fault(struct fixture *fx, enum fault_kind kind, uint32_t span,
+			uint32_t layer, uint32_t expect_kept, bool corrupt)
 {
-	struct faulty f = { .inner = fx->store, .kind = kind, .span = span,
-			    .layer = layer };
+	struct faulty f = {
+		.inner = fx->store, .kind = kind, .span = span, .layer = layer
+	};
 	struct kvs_blockstore *bs = faulty_store(&f);
 	struct kvs_rt *rt = reader(bs, "tenant-a", 64);
 	struct kvs_rt_stats st;
@@ -205,8 +205,9 @@ static void test_corrupt_block_degrades(void **state)
 static void test_lost_block_in_use(void **state)
 {
 	struct fixture *fx = *state;
-	struct faulty f = { .inner = fx->store, .kind = FAULT_LOST, .span = 1,
-			    .layer = 1 };
+	struct faulty f = {
+		.inner = fx->store, .kind = FAULT_LOST, .span = 1, .layer = 1
+	};
 	struct kvs_blockstore *bs = faulty_store(&f);
 	struct kvs_rt *rt = reader(bs, "tenant-a", 64);
 	struct kvs_batch *batch;
@@ -260,9 +261,8 @@ static void test_attach_pool_short(void **state)
 	kvs_rt_stats(rt, &st);
 	assert_int_equal(st.pages_free, 9);
 	/* a limit the pool can take */
-	assert_int_equal(kvs_seq_attach_prefix(seq, fx->ids, PROMPT, 100,
-					       &attached),
-			 0);
+	assert_int_equal(
+		kvs_seq_attach_prefix(seq, fx->ids, PROMPT, 100, &attached), 0);
 	assert_int_equal(attached, 96);
 	assert_int_equal(kvs_seq_attach_finish(seq, &attached), 0);
 	assert_int_equal(attached, 96);

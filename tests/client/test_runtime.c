@@ -64,8 +64,8 @@ static void stream_reference(enum kvs_dtype dtype, enum kvs_order order,
 			}
 			assert_int_equal(
 				kvs_stream_step(streams[l], q, kr, vr,
-						out + ((size_t)s * T_LAYERS + l) *
-							      T_OUT,
+						out + ((size_t)s * T_LAYERS +
+						       l) * T_OUT,
 						NULL),
 				0);
 		}
@@ -82,7 +82,8 @@ static void check_against_stream(enum kvs_dtype dtype, enum kvs_order order,
 	struct kvs_batch *batch;
 	struct kvs_seq *seq;
 	size_t n = (size_t)steps * T_LAYERS * T_OUT;
-	float *got = malloc(sizeof(float) * n), *want = malloc(sizeof(float) * n);
+	float *got = malloc(sizeof(float) * n),
+	      *want = malloc(sizeof(float) * n);
 	uint32_t *ids = t_ids(ID_SEED, prompt);
 
 	assert_non_null(got);
@@ -107,17 +108,20 @@ static void check_against_stream(enum kvs_dtype dtype, enum kvs_order order,
 		assert_int_equal(blocks, kvs_stream_block_count(streams[l]));
 		assert_int_equal(blocks, (prompt + steps) / T_R);
 		for (uint32_t b = 0; b < blocks; b++) {
-			const struct kvs_view *ref = kvs_stream_block(streams[l], b);
+			const struct kvs_view *ref =
+				kvs_stream_block(streams[l], b);
 			struct kvs_view view;
 			uint8_t *obj;
 			size_t len;
 
-			assert_int_equal(kvs_seq_block(seq, l, b, &obj, &len), 0);
-			assert_int_equal(kvs_object_open(obj, len, 0, &view), 0);
+			assert_int_equal(kvs_seq_block(seq, l, b, &obj, &len),
+					 0);
+			assert_int_equal(kvs_object_open(obj, len, 0, &view),
+					 0);
 			for (int s = 0; s < KVS_BLOCK_SECTIONS; s++)
-				assert_memory_equal(view.section[s],
-						    ref->section[s],
-						    view.hdr.section[s].logical_len);
+				assert_memory_equal(
+					view.section[s], ref->section[s],
+					view.hdr.section[s].logical_len);
 			kvs_view_release(&view);
 			free(obj);
 		}
@@ -180,7 +184,8 @@ static void test_batch_equals_alone(void **state)
 	static const uint32_t prompts[4] = { 5, 40, 100, 64 };
 	uint64_t seeds[4] = { 101, 102, 103, 104 };
 	uint32_t pos[4], alone_pos[4];
-	struct kvs_rt *rt = t_runtime(KVS_DTYPE_F32, KVS_ORDER_KIVI, "", 512, NULL);
+	struct kvs_rt *rt =
+		t_runtime(KVS_DTYPE_F32, KVS_ORDER_KIVI, "", 512, NULL);
 	struct kvs_batch *batch, *single[4];
 	struct kvs_seq *seq[4], *alone[4];
 	float out[T_LAYERS * 4 * T_OUT], ref[T_LAYERS * T_OUT];
@@ -195,8 +200,8 @@ static void test_batch_equals_alone(void **state)
 				 0);
 		assert_int_equal(kvs_batch_create(rt, 1, &single[i]), 0);
 		assert_int_equal(kvs_seq_create(single[i], &alone[i]), 0);
-		assert_int_equal(t_prefill(alone[i], seeds[i], KVS_DTYPE_F32,
-					   0, prompts[i]),
+		assert_int_equal(t_prefill(alone[i], seeds[i], KVS_DTYPE_F32, 0,
+					   prompts[i]),
 				 0);
 		pos[i] = alone_pos[i] = prompts[i];
 	}
@@ -226,14 +231,15 @@ static void test_batch_equals_alone(void **state)
 			n = kvs_batch_size(batch);
 			assert_int_equal(n, 3);
 			for (uint32_t i = 0; i < n; i++)
-				assert_ptr_equal(kvs_batch_seq(batch, i), seq[i]);
+				assert_ptr_equal(kvs_batch_seq(batch, i),
+						 seq[i]);
 		}
 		batch_step(batch, seeds, pos, out);
 		for (uint32_t i = 0; i < n; i++) {
 			batch_step(single[i], &seeds[i], &alone_pos[i], ref);
 			for (uint32_t l = 0; l < T_LAYERS; l++)
 				assert_memory_equal(out + ((size_t)l * n + i) *
-								  T_OUT,
+								    T_OUT,
 						    ref + (size_t)l * T_OUT,
 						    sizeof(float) * T_OUT);
 		}
@@ -247,8 +253,10 @@ static void test_batch_equals_alone(void **state)
 static void test_pool_exhaustion(void **state)
 {
 	/* 6 pages: 2 layers x 3 spans fit, 2 x 6 do not */
-	struct kvs_rt *rt = t_runtime(KVS_DTYPE_F16, KVS_ORDER_KIVI, "", 6, NULL);
-	struct kvs_rt *big = t_runtime(KVS_DTYPE_F16, KVS_ORDER_KIVI, "", 64, NULL);
+	struct kvs_rt *rt =
+		t_runtime(KVS_DTYPE_F16, KVS_ORDER_KIVI, "", 6, NULL);
+	struct kvs_rt *big =
+		t_runtime(KVS_DTYPE_F16, KVS_ORDER_KIVI, "", 64, NULL);
 	struct kvs_batch *batch, *ref_batch;
 	struct kvs_seq *seq, *ref, *other;
 	struct kvs_rt_stats st;
@@ -305,13 +313,15 @@ static void test_pool_exhaustion(void **state)
 
 static void test_blocks_and_history(void **state)
 {
-	struct kvs_rt *rt = t_runtime(KVS_DTYPE_BF16, KVS_ORDER_KIVI, "ns", 64, NULL);
+	struct kvs_rt *rt =
+		t_runtime(KVS_DTYPE_BF16, KVS_ORDER_KIVI, "ns", 64, NULL);
 	struct kvs_batch *batch;
 	struct kvs_seq *seq;
 	const uint32_t prompt = 100, S = T_R;
 	uint32_t *ids = t_ids(ID_SEED, prompt);
 	size_t row = (size_t)T_KV * T_D, block = row * S;
-	float *k = malloc(sizeof(float) * block), *v = malloc(sizeof(float) * block);
+	float *k = malloc(sizeof(float) * block),
+	      *v = malloc(sizeof(float) * block);
 	float *hk = malloc(sizeof(float) * 2 * block), *hv = hk + block;
 	float *rk = malloc(sizeof(float) * 2 * block), *rv = rk + block;
 	uint8_t(*span)[KVS_ID_SIZE] = malloc(KVS_ID_SIZE * 3);
@@ -349,24 +359,26 @@ static void test_blocks_and_history(void **state)
 			memset(&ident, 0, sizeof(ident));
 			memcpy(ident.block_id, span[b], KVS_ID_SIZE);
 			if (b)
-				memcpy(ident.parent_id, span[b - 1], KVS_ID_SIZE);
-			memcpy(ident.model_fp, kvs_rt_model_fp(rt), KVS_ID_SIZE);
+				memcpy(ident.parent_id, span[b - 1],
+				       KVS_ID_SIZE);
+			memcpy(ident.model_fp, kvs_rt_model_fp(rt),
+			       KVS_ID_SIZE);
 			ident.layer = l;
 			ident.first_pos = (uint64_t)b * S;
 			assert_int_equal(kvs_block_seal(&shape, &ident,
-							KVS_DTYPE_F32, k,
-							v, 0, &want,
-							&want_len),
+							KVS_DTYPE_F32, k, v, 0,
+							&want, &want_len),
 					 0);
-			assert_int_equal(kvs_seq_block(seq, l, b, &got, &got_len),
-					 0);
+			assert_int_equal(
+				kvs_seq_block(seq, l, b, &got, &got_len), 0);
 			assert_int_equal(got_len, want_len);
 			assert_memory_equal(got, want, got_len);
 
 			/* the dequantized history is the reference's */
-			assert_int_equal(kvs_object_open(want, want_len, 0, &view),
+			assert_int_equal(
+				kvs_object_open(want, want_len, 0, &view), 0);
+			assert_int_equal(kvs_block_dequantize(&view, rk, rv),
 					 0);
-			assert_int_equal(kvs_block_dequantize(&view, rk, rv), 0);
 			assert_int_equal(kvs_seq_history(seq, l, b, 1,
 							 KVS_DTYPE_F32, hk, hv),
 					 0);
@@ -391,8 +403,10 @@ static void test_blocks_and_history(void **state)
 
 static void test_tail_checks(void **state)
 {
-	struct kvs_rt *rt = t_runtime(KVS_DTYPE_F16, KVS_ORDER_KIVI, "", 64, NULL);
-	struct kvs_rt *rt32 = t_runtime(KVS_DTYPE_F32, KVS_ORDER_KIVI, "", 64, NULL);
+	struct kvs_rt *rt =
+		t_runtime(KVS_DTYPE_F16, KVS_ORDER_KIVI, "", 64, NULL);
+	struct kvs_rt *rt32 =
+		t_runtime(KVS_DTYPE_F32, KVS_ORDER_KIVI, "", 64, NULL);
 	struct kvs_batch *batch, *b32;
 	struct kvs_seq *a, *b, *c;
 	struct kvs_view view;
@@ -437,7 +451,8 @@ static void test_tail_checks(void **state)
 
 static void test_bad_input(void **state)
 {
-	struct kvs_rt *rt = t_runtime(KVS_DTYPE_F32, KVS_ORDER_KIVI, "", 64, NULL);
+	struct kvs_rt *rt =
+		t_runtime(KVS_DTYPE_F32, KVS_ORDER_KIVI, "", 64, NULL);
 	struct kvs_batch *batch;
 	struct kvs_seq *seq;
 	float q[T_QH * T_D], k[T_KV * T_D], v[T_KV * T_D], out[T_OUT];
@@ -454,7 +469,8 @@ static void test_bad_input(void **state)
 	assert_int_equal(kvs_seq_step(seq, 0, q, k, v, out), -KVS_ENONFINITE);
 	assert_int_equal(kvs_seq_tokens(seq, 0), 31);
 	assert_int_equal(kvs_seq_block_count(seq, 0), 0);
-	assert_int_equal(kvs_seq_step(seq, T_LAYERS, q, k, v, out), -KVS_EPARAM);
+	assert_int_equal(kvs_seq_step(seq, T_LAYERS, q, k, v, out),
+			 -KVS_EPARAM);
 	kvs_batch_destroy(batch);
 	kvs_rt_destroy(rt);
 

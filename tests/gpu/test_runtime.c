@@ -237,15 +237,13 @@ static void test_cross_device_handoff(void **state)
 	assert_int_equal(kvs_batch_create(crt, 1, &cb2), 0);
 	assert_int_equal(kvs_seq_create(gb2, &g2), 0);
 	assert_int_equal(kvs_seq_create(cb2, &c2), 0);
-	assert_int_equal(kvs_seq_attach_prefix(g2, ids, 700, UINT32_MAX,
-					       &attached),
-			 0);
+	assert_int_equal(
+		kvs_seq_attach_prefix(g2, ids, 700, UINT32_MAX, &attached), 0);
 	assert_int_equal(attached, 512);
 	assert_int_equal(kvs_seq_attach_finish(g2, &attached), 0);
 	assert_int_equal(attached, 512);
-	assert_int_equal(kvs_seq_attach_prefix(c2, ids, 700, UINT32_MAX,
-					       &attached),
-			 0);
+	assert_int_equal(
+		kvs_seq_attach_prefix(c2, ids, 700, UINT32_MAX, &attached), 0);
 	assert_int_equal(kvs_seq_attach_finish(c2, &attached), 0);
 	assert_int_equal(attached, 512);
 	prefill_both(g2, c2, 188);
