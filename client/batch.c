@@ -16,6 +16,43 @@
 #include "kvstash/log.h"
 #include "runtime_internal.h"
 
+static void slots_free(struct kvs_rt *rt, struct rt_slots *s)
+{
+	if (s->k_resid && s->v_resid && s->lens && s->table)
+		rt->eng->slots_fini(rt, s);
+	free(s->k_resid);
+	free(s->v_resid);
+	free(s->lens);
+	free(s->table);
+}
+
+/* The slots of @cap sequences: strides and per-layer arrays here, their
+ * memory from the device. */
+static int slots_alloc(struct kvs_rt *rt, struct rt_slots *s, uint32_t cap)
+{
+	uint32_t L = rt->cfg.layers;
+	int err;
+
+	memset(s, 0, sizeof(*s));
+	s->cap = cap;
+	s->k_stride = rt->cfg.shape.residual;
+	/* the FIFO is compacted once every R + 1 pops (kernels.h) */
+	s->v_stride = 2 * rt->cfg.shape.residual + 2;
+	s->k_resid = calloc(L, sizeof(*s->k_resid));
+	s->v_resid = calloc(L, sizeof(*s->v_resid));
+	s->lens = calloc(L, sizeof(*s->lens));
+	s->table = calloc(L, sizeof(*s->table));
+	if (!s->k_resid || !s->v_resid || !s->lens || !s->table) {
+		slots_free(rt, s);
+		kvs_log(KVS_LOG_ERR, "batch: out of memory");
+		return -ENOMEM;
+	}
+	err = rt->eng->slots_init(rt, s);
+	if (err)
+		slots_free(rt, s);
+	return err;
+}
+
 int kvs_batch_create(struct kvs_rt *rt, uint32_t capacity,
 		     struct kvs_batch **out)
 {
@@ -38,8 +75,7 @@ int kvs_batch_create(struct kvs_rt *rt, uint32_t capacity,
 	b->pages = malloc(sizeof(*b->pages) * capacity);
 	if (!b->seqs || !b->which || !b->pages)
 		goto fail_arrays;
-	b->slots.cap = capacity;
-	err = rt->eng->slots_init(rt, &b->slots);
+	err = slots_alloc(rt, &b->slots, capacity);
 	if (err)
 		goto fail_arrays;
 	b->next = rt->batches;
@@ -66,7 +102,7 @@ void kvs_batch_destroy(struct kvs_batch *b)
 		return;
 	while (b->n)
 		kvs_seq_destroy(b->seqs[b->n - 1]);
-	b->rt->eng->slots_fini(b->rt, &b->slots);
+	slots_free(b->rt, &b->slots);
 	if (b->prev)
 		b->prev->next = b->next;
 	else
@@ -113,11 +149,9 @@ static int step_range(struct kvs_batch *b, uint32_t first, uint32_t count,
 		struct kvs_seq *seq = b->seqs[first + i];
 		const struct rt_len *len = &seq->layer[layer].len;
 
-		if (seq->attach) {
-			err = kvs_seq_attach_wait(seq, layer);
-			if (err)
-				return err;
-		}
+		err = kvs_seq_attach_wait(seq, layer);
+		if (err)
+			return err;
 		if (len->tokens >= rt->cfg.max_tokens) {
 			kvs_log(KVS_LOG_ERR,
 				"step: sequence %u holds max_tokens %u",
@@ -214,18 +248,9 @@ static int prefill_direct(struct kvs_seq *seq, uint32_t layer, const void *k,
 	int32_t *pages = NULL;
 	int err;
 
-	if (blocks) {
-		pages = malloc(sizeof(*pages) * blocks);
-		if (!pages) {
-			kvs_log(KVS_LOG_ERR, "prefill: out of memory");
-			return -ENOMEM;
-		}
-		err = rt_pool_take(rt, blocks, pages);
-		if (err) {
-			free(pages);
-			return err;
-		}
-	}
+	err = rt_pool_take_array(rt, blocks, &pages);
+	if (err)
+		return err;
 	memset(&dev, 0, sizeof(dev));
 	dev.k_quant = k_quant;
 	dev.v_quant = T - r_v;
@@ -268,18 +293,9 @@ static int prefill_steps(struct kvs_seq *seq, uint32_t layer, const void *k,
 	int32_t *pages = NULL, zero = 0;
 	int err = 0;
 
-	if (blocks) {
-		pages = malloc(sizeof(*pages) * blocks);
-		if (!pages) {
-			kvs_log(KVS_LOG_ERR, "prefill: out of memory");
-			return -ENOMEM;
-		}
-		err = rt_pool_take(rt, blocks, pages);
-		if (err) {
-			free(pages);
-			return err;
-		}
-	}
+	err = rt_pool_take_array(rt, blocks, &pages);
+	if (err)
+		return err;
 	for (t = 0; t < n && !err; t++) {
 		err = eng->token(rt, k, v, n, t, &k_row, &v_row);
 		if (!err)
@@ -320,18 +336,15 @@ int kvs_seq_prefill(struct kvs_seq *seq, uint32_t layer, const void *k,
 	uint32_t T, R;
 	int err;
 
-	if (!seq || !k || !v || n == 0 || layer >= seq->batch->rt->cfg.layers) {
-		kvs_log(KVS_LOG_ERR, "prefill: need k, v, n > 0 and a layer of "
-				     "the model");
+	if (!k || !v || n == 0) {
+		kvs_log(KVS_LOG_ERR, "prefill: need k, v and n > 0");
 		return -KVS_EPARAM;
 	}
+	err = rt_seq_layer_ready(seq, layer);
+	if (err)
+		return err;
 	rt = seq->batch->rt;
 	R = rt->cfg.shape.residual;
-	if (seq->attach) {
-		err = kvs_seq_attach_wait(seq, layer);
-		if (err)
-			return err;
-	}
 	len = &seq->layer[layer].len;
 	if ((uint64_t)len->tokens + n > rt->cfg.max_tokens) {
 		kvs_log(KVS_LOG_ERR,

@@ -103,50 +103,36 @@ static void cpu_slots_fini(struct kvs_rt *rt, struct rt_slots *s)
 {
 	uint32_t l;
 
-	for (l = 0; s->k_resid && l < rt->cfg.layers; l++) {
+	for (l = 0; l < rt->cfg.layers; l++) {
 		free(s->k_resid[l]);
 		free(s->v_resid[l]);
 		free(s->lens[l]);
 		free(s->table[l]);
 	}
-	free(s->k_resid);
-	free(s->v_resid);
-	free(s->lens);
-	free(s->table);
-	s->k_resid = NULL;
 }
 
 static int cpu_slots_init(struct kvs_rt *rt, struct rt_slots *s)
 {
-	uint32_t L = rt->cfg.layers, R = rt->cfg.shape.residual, l;
+	size_t row = row_floats(rt);
+	uint32_t l;
 
-	s->k_stride = R;
-	s->v_stride = 2 * R + 2;
-	s->k_resid = calloc(L, sizeof(*s->k_resid));
-	s->v_resid = calloc(L, sizeof(*s->v_resid));
-	s->lens = calloc(L, sizeof(*s->lens));
-	s->table = calloc(L, sizeof(*s->table));
-	if (!s->k_resid || !s->v_resid || !s->lens || !s->table)
-		goto fail;
-	for (l = 0; l < L; l++) {
-		s->k_resid[l] =
-			calloc((size_t)s->cap * s->k_stride * row_floats(rt),
-			       sizeof(float));
-		s->v_resid[l] =
-			calloc((size_t)s->cap * s->v_stride * row_floats(rt),
-			       sizeof(float));
+	for (l = 0; l < rt->cfg.layers; l++) {
+		s->k_resid[l] = calloc((size_t)s->cap * s->k_stride * row,
+				       sizeof(float));
+		s->v_resid[l] = calloc((size_t)s->cap * s->v_stride * row,
+				       sizeof(float));
 		s->lens[l] = calloc(s->cap, sizeof(struct rt_dev_len));
 		s->table[l] =
 			calloc((size_t)s->cap * rt->max_pages, sizeof(int32_t));
 		if (!s->k_resid[l] || !s->v_resid[l] || !s->lens[l] ||
-		    !s->table[l])
-			goto fail;
+		    !s->table[l]) {
+			kvs_log(KVS_LOG_ERR,
+				"cpu engine: out of memory for %u slots",
+				s->cap);
+			return -ENOMEM;
+		}
 	}
 	return 0;
-fail:
-	cpu_slots_fini(rt, s);
-	kvs_log(KVS_LOG_ERR, "cpu engine: out of memory for %u slots", s->cap);
-	return -ENOMEM;
 }
 
 /* Row @row of head @h of slot @i: a Key (@v false) or Value row. */

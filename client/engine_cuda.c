@@ -165,31 +165,19 @@ static void cuda_slots_fini(struct kvs_rt *rt, struct rt_slots *s)
 		cudaFree(sc->workspace);
 		free(sc);
 	}
-	free(s->k_resid);
-	free(s->v_resid);
-	free(s->lens);
-	free(s->table);
-	s->k_resid = NULL;
 	s->scratch = NULL;
 }
 
 static int cuda_slots_init(struct kvs_rt *rt, struct rt_slots *s)
 {
-	uint32_t L = rt->cfg.layers, R = rt->cfg.shape.residual, l;
+	uint32_t L = rt->cfg.layers, l;
 	struct cuda_scratch *sc;
 	size_t lens = sizeof(struct rt_dev_len) * s->cap;
 	size_t table = sizeof(int32_t) * s->cap * rt->max_pages;
 	int err = 0;
 
-	s->k_stride = R;
-	s->v_stride = 2 * R + 2;
-	s->k_resid = calloc(L, sizeof(*s->k_resid));
-	s->v_resid = calloc(L, sizeof(*s->v_resid));
-	s->lens = calloc(L, sizeof(*s->lens));
-	s->table = calloc(L, sizeof(*s->table));
 	s->scratch = sc = calloc(1, sizeof(*sc));
-	if (!s->k_resid || !s->v_resid || !s->lens || !s->table || !sc) {
-		cuda_slots_fini(rt, s);
+	if (!sc) {
 		kvs_log(KVS_LOG_ERR, "cuda engine: out of memory");
 		return -ENOMEM;
 	}
@@ -216,8 +204,6 @@ static int cuda_slots_init(struct kvs_rt *rt, struct rt_slots *s)
 	if (!err)
 		err = CK(cudaMalloc((void **)&sc->pages,
 				    sizeof(int32_t) * s->cap));
-	if (err)
-		cuda_slots_fini(rt, s);
 	return err;
 }
 

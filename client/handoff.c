@@ -33,14 +33,12 @@ int kvs_seq_tail_encode(const struct kvs_seq *cseq, uint32_t layer,
 	uint8_t *kt = NULL;
 	int err;
 
-	if (!seq || !out || !out_len || layer >= seq->batch->rt->cfg.layers)
+	if (!out || !out_len)
 		return -KVS_EPARAM;
+	err = rt_seq_layer_ready(seq, layer);
+	if (err)
+		return err;
 	rt = seq->batch->rt;
-	if (seq->attach) {
-		err = kvs_seq_attach_wait(seq, layer);
-		if (err)
-			return err;
-	}
 	err = rt->eng->sync(rt);
 	if (err)
 		return err;
@@ -134,14 +132,12 @@ int kvs_seq_tail_load(struct kvs_seq *seq, uint32_t layer, const uint8_t *obj,
 	float *kf;
 	int err;
 
-	if (!seq || !obj || layer >= seq->batch->rt->cfg.layers)
+	if (!obj)
 		return -KVS_EPARAM;
+	err = rt_seq_layer_ready(seq, layer);
+	if (err)
+		return err;
 	rt = seq->batch->rt;
-	if (seq->attach) {
-		err = kvs_seq_attach_wait(seq, layer);
-		if (err)
-			return err;
-	}
 	err = kvs_object_open(obj, obj_len, 0, &view);
 	if (err)
 		return err;

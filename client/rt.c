@@ -156,6 +156,28 @@ int rt_pool_take(struct kvs_rt *rt, uint32_t n, int32_t *out)
 	return 0;
 }
 
+int rt_pool_take_array(struct kvs_rt *rt, uint32_t n, int32_t **out)
+{
+	int32_t *pages;
+	int err;
+
+	*out = NULL;
+	if (n == 0)
+		return 0;
+	pages = malloc(sizeof(*pages) * n);
+	if (!pages) {
+		kvs_log(KVS_LOG_ERR, "runtime: out of memory for %u pages", n);
+		return -ENOMEM;
+	}
+	err = rt_pool_take(rt, n, pages);
+	if (err) {
+		free(pages);
+		return err;
+	}
+	*out = pages;
+	return 0;
+}
+
 void rt_pool_ref(struct kvs_rt *rt, int32_t page)
 {
 	pthread_mutex_lock(&rt->pool.lock);

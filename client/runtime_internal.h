@@ -58,6 +58,8 @@ struct rt_engine_ops {
 	enum kvs_rt_device device;
 	int (*init)(struct kvs_rt *rt); /* pool, streams, scratch */
 	void (*fini)(struct kvs_rt *rt);
+	/* The per-layer memory of @s (cap, strides and the zeroed arrays of
+	 * pointers are set); on failure slots_fini runs on what was set. */
 	int (*slots_init)(struct kvs_rt *rt, struct rt_slots *s);
 	void (*slots_fini)(struct kvs_rt *rt, struct rt_slots *s);
 	/* Slot @from's state (all layers) to slot @to. */
@@ -149,6 +151,8 @@ struct rt_pool {
 
 /* Takes @n pages (one reference each) into @out, or -ENOSPC. */
 int rt_pool_take(struct kvs_rt *rt, uint32_t n, int32_t *out);
+/* The same into a malloc'd *@out (NULL when @n is 0; free() it). */
+int rt_pool_take_array(struct kvs_rt *rt, uint32_t n, int32_t **out);
 void rt_pool_ref(struct kvs_rt *rt, int32_t page);
 void rt_pool_put(struct kvs_rt *rt, int32_t page);
 
@@ -251,6 +255,9 @@ int rt_span_ids(const struct kvs_rt *rt, const uint32_t *ids, uint32_t spans,
  * device and its page table entries [0, n_pages). */
 int rt_seq_layer_set(struct kvs_seq *seq, uint32_t layer,
 		     const struct rt_len *len, uint32_t n_pages);
+/* 0 when @layer of @seq may be used: a layer of the model, its part of a
+ * pending attach in (-KVS_ENOTFOUND when it came up short). */
+int rt_seq_layer_ready(struct kvs_seq *seq, uint32_t layer);
 /* Returns every page of every layer to the pool; lengths to zero. */
 void rt_seq_clear(struct kvs_seq *seq);
 

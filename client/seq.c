@@ -225,6 +225,18 @@ void rt_seq_ident(struct kvs_seq *seq, uint32_t layer, uint32_t index,
 		memcpy(ident->parent_id, seq->span_ids[index - 1], KVS_ID_SIZE);
 }
 
+int rt_seq_layer_ready(struct kvs_seq *seq, uint32_t layer)
+{
+	if (!seq || layer >= seq->batch->rt->cfg.layers) {
+		kvs_log(KVS_LOG_ERR,
+			"sequence: no sequence, or layer %u not "
+			"of the model",
+			layer);
+		return -KVS_EPARAM;
+	}
+	return kvs_seq_attach_wait(seq, layer);
+}
+
 int rt_seq_layer_set(struct kvs_seq *seq, uint32_t layer,
 		     const struct rt_len *len, uint32_t n_pages)
 {
@@ -248,14 +260,12 @@ int kvs_seq_block(struct kvs_seq *seq, uint32_t layer, uint32_t index,
 	uint8_t *image;
 	int err;
 
-	if (!seq || !out || !out_len || layer >= seq->batch->rt->cfg.layers)
+	if (!out || !out_len)
 		return -KVS_EPARAM;
+	err = rt_seq_layer_ready(seq, layer);
+	if (err)
+		return err;
 	rt = seq->batch->rt;
-	if (seq->attach) {
-		err = kvs_seq_attach_wait(seq, layer);
-		if (err)
-			return err;
-	}
 	if (index >= kvs_seq_block_count(seq, layer))
 		return -KVS_EPARAM;
 	err = rt->eng->sync(rt);
@@ -286,15 +296,13 @@ int kvs_seq_history(struct kvs_seq *seq, uint32_t layer, uint32_t first,
 	struct kvs_rt *rt;
 	int err;
 
-	if (!seq || !k || !v || layer >= seq->batch->rt->cfg.layers)
+	if (!k || !v)
 		return -KVS_EPARAM;
-	rt = seq->batch->rt;
 	/* an attached prefix counts once it is in */
-	if (seq->attach) {
-		err = kvs_seq_attach_wait(seq, layer);
-		if (err)
-			return err;
-	}
+	err = rt_seq_layer_ready(seq, layer);
+	if (err)
+		return err;
+	rt = seq->batch->rt;
 	if ((uint64_t)first + count > kvs_seq_block_count(seq, layer) ||
 	    (dtype != KVS_DTYPE_F32 && dtype != KVS_DTYPE_F16 &&
 	     dtype != KVS_DTYPE_BF16)) {

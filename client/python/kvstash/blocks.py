@@ -85,21 +85,12 @@ class Block:
         return tuple(out)
 
     def close(self):
+        """Releases the view (the decompressed sections, if any)."""
         if self._view is not None:
             lib.kvs_view_release(ctypes.byref(self._view))
             self._view = None
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    __del__ = close
 
 
 def span_id(namespace, model_fp, parent, token_ids):

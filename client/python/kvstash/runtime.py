@@ -46,9 +46,46 @@ def _take_malloced(ptr, length):
         _lib.libc.free(ptr)
 
 
-class BlockStore:
+class _Handle:
+    """A C object this Python object owns: .handle while open, close()
+    (also on `with` exit and garbage collection) releases it once."""
+
+    _h = None
+    _what = "object"
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise ValueError("kvstash: the %s is closed" % self._what)
+        return self._h
+
+    def _release(self):
+        raise NotImplementedError
+
+    def close(self):
+        if self._h:
+            self._release()
+            self._h = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class BlockStore(_Handle):
     """A block store the runtime talks to.  BlockStore.local(path) is the
-    in-process one over a store directory."""
+    in-process one over a store directory.  close() drops this reference;
+    the runtimes using it keep their own."""
+
+    _what = "block store"
 
     def __init__(self, handle):
         self._h = handle
@@ -68,33 +105,14 @@ class BlockStore:
               "opening the store at %s" % path)
         return cls(h)
 
-    @property
-    def handle(self):
-        if not self._h:
-            raise ValueError("kvstash: the block store is closed")
-        return self._h
-
-    def close(self):
-        """Drops this reference; the runtimes using it keep their own."""
-        if self._h:
-            lib.kvs_blockstore_release(self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    def _release(self):
+        lib.kvs_blockstore_release(self._h)
 
 
-class Runtime:
+class Runtime(_Handle):
     """One model's runtime: shape, quantisation, device, page pool, store."""
+
+    _what = "runtime"
 
     def __init__(self, layers, q_heads, kv_heads, head_dim, *, kv_dtype="f16", out_dtype=None,
                  order="kivi", device="auto", group=32, bits=2, residual=128, meta_dtype="f16",
@@ -137,12 +155,6 @@ class Runtime:
         self.device = "cuda" if lib.kvs_rt_device(h) == _lib.DEVICE_CUDA else "cpu"
 
     @property
-    def handle(self):
-        if not self._h:
-            raise ValueError("kvstash: the runtime is closed")
-        return self._h
-
-    @property
     def model_fp(self):
         return ctypes.string_at(lib.kvs_rt_model_fp(self.handle), _lib.ID_SIZE)
 
@@ -167,29 +179,17 @@ class Runtime:
         lib.kvs_rt_stats(self.handle, ctypes.byref(st))
         return {name: getattr(st, name) for name, _ in _lib.RtStats._fields_}
 
-    def close(self):
-        if self._h:
-            for b in list(self._batches):
-                b.close()
-            lib.kvs_rt_destroy(self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    def _release(self):
+        for b in list(self._batches):
+            b.close()
+        lib.kvs_rt_destroy(self._h)
 
 
-class Batch:
+class Batch(_Handle):
     """Up to `capacity` sequences decoded together: one fused attention
     call per layer and step for all of them."""
+
+    _what = "batch"
 
     def __init__(self, rt, capacity):
         h = ctypes.c_void_p()
@@ -199,12 +199,6 @@ class Batch:
         self.capacity = capacity
         self._seqs = []
         rt._batches.add(self)
-
-    @property
-    def handle(self):
-        if not self._h:
-            raise ValueError("kvstash: the batch is closed")
-        return self._h
 
     def sequence(self):
         return Sequence(self)
@@ -228,31 +222,20 @@ class Batch:
         check(lib.kvs_batch_step(self.handle, layer, qb.ptr, kb.ptr, vb.ptr, ob.ptr), "step")
         return out
 
-    def close(self):
-        if self._h:
-            for s in self._seqs:
-                s._h = None
-            self._seqs = []
+    def _release(self):
+        for s in self._seqs:
+            s._h = None
+        self._seqs = []
+        # a closed runtime destroyed its batches already
+        if self.rt._h:
             lib.kvs_batch_destroy(self._h)
-            self._h = None
-
-    def __del__(self):
-        try:
-            if self.rt._h:
-                self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
-class Sequence:
+class Sequence(_Handle):
     """One request in a batch: per layer its pages, Key residual and Value
-    FIFO; its token ids."""
+    FIFO; its token ids.  The batch owns it: close() takes it out early."""
+
+    _what = "sequence"
 
     def __init__(self, batch):
         h = ctypes.c_void_p()
@@ -261,12 +244,6 @@ class Sequence:
         self.batch = batch
         self.rt = batch.rt
         batch._seqs.append(self)
-
-    @property
-    def handle(self):
-        if not self._h:
-            raise ValueError("kvstash: the sequence is closed")
-        return self._h
 
     @property
     def index(self):
@@ -374,17 +351,12 @@ class Sequence:
     def reset(self):
         check(lib.kvs_seq_reset(self.handle), "reset")
 
-    def close(self):
-        if self._h:
-            lib.kvs_seq_destroy(self._h)
-            self._h = None
-            self.batch._seqs.remove(self)
+    def _release(self):
+        lib.kvs_seq_destroy(self._h)
+        self.batch._seqs.remove(self)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    def __del__(self):
+        pass  # the batch owns the sequence
 
 
 __all__ = ["BlockStore", "Runtime", "Batch", "Sequence", "KvsError"]
