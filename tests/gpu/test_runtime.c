@@ -27,7 +27,7 @@
 #define B 3
 #define STEPS 1000
 
-static struct gpu_rng rng;
+static struct kvs_rng rng;
 
 static struct kvs_rt *make_rt(enum kvs_rt_device device, enum kvs_order order,
 			      const char *ns, struct kvs_blockstore *store)
@@ -54,7 +54,7 @@ static struct kvs_rt *make_rt(enum kvs_rt_device device, enum kvs_order order,
 static void fill(uint16_t *h, float *f, size_t n, float scale, int outliers)
 {
 	for (size_t i = 0; i < n; i++) {
-		float x = gpu_normal(&rng) * scale *
+		float x = kvs_rng_normal(&rng) * scale *
 			  (outliers && i % 17 == 3 ? 6.0f : 1.0f);
 
 		h[i] = kvs_f32_to_f16(x);
@@ -214,7 +214,7 @@ static void test_cross_device_handoff(void **state)
 	grt = make_rt(KVS_RT_CUDA, KVS_ORDER_KIVI, "x", store);
 	crt = make_rt(KVS_RT_CPU, KVS_ORDER_KIVI, "x", store);
 	for (uint32_t i = 0; i < 700; i++)
-		ids[i] = gpu_below(&rng, 32000);
+		ids[i] = kvs_rng_below(&rng, 32000);
 	memset(rid, 0x42, sizeof(rid));
 
 	/* the GPU prefills 700 tokens and hands them over */

@@ -22,10 +22,12 @@ attention function then:
     the mask says) go into each row's sequence, sealing blocks; after the
     last layer, rows whose token ids are known publish their blocks.
 Llama-family attention (Llama, Mistral, Qwen2; GQA) with full-attention
-layers only.  Beam search (reorder_cache) and cropping are not supported.
+layers only, on transformers with per-layer caches (4.56 and later).  Beam
+search (reorder_cache) and cropping are not supported.
 """
 
 import threading
+import weakref
 
 import torch
 from transformers.cache_utils import Cache as _HFCache
@@ -256,7 +258,7 @@ class Cache(_HFCache):
                 keys = torch.cat([past[0], key_states], dim=2)
                 values = torch.cat([past[1], value_states], dim=2)
         self._returned[layer] = keys
-        _active.cache = self
+        _active.cache = weakref.ref(self)
         return keys, values
 
     def get_seq_length(self, layer_idx=0):
@@ -396,7 +398,8 @@ def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=No
     """The "kvstash" attention: decode steps through the runtime's fused
     attention when `key` came from a kvstash Cache's update, otherwise
     transformers' SDPA."""
-    cache = getattr(_active, "cache", None)
+    ref = getattr(_active, "cache", None)
+    cache = ref() if ref is not None else None
     layer = getattr(module, "layer_idx", None)
     if cache is None or layer is None or layer >= cache.num_layers or cache._returned[layer] is not key:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
