@@ -449,6 +449,58 @@ static void test_tail_checks(void **state)
 	kvs_rt_destroy(rt32);
 }
 
+/* A prompt prefilled in parts (the second onto a layer holding residuals,
+ * token by token) leaves the state a prefill of the whole leaves. */
+static void test_prefill_in_parts(void **state)
+{
+	static const uint32_t parts[][2] = { { 50, 30 },
+					     { 20, 100 },
+					     { 64, 1 } };
+	struct kvs_rt *rt =
+		t_runtime(KVS_DTYPE_F16, KVS_ORDER_KIVI, "", 128, NULL);
+	size_t n = (size_t)40 * T_LAYERS * T_OUT;
+	float *got = malloc(sizeof(float) * n),
+	      *want = malloc(sizeof(float) * n);
+
+	(void)state;
+	for (size_t i = 0; i < 3; i++) {
+		uint32_t total = parts[i][0] + parts[i][1];
+		struct kvs_batch *batch;
+		struct kvs_seq *whole, *split;
+		uint8_t *a, *b;
+		size_t alen, blen;
+
+		assert_int_equal(kvs_batch_create(rt, 2, &batch), 0);
+		assert_int_equal(kvs_seq_create(batch, &whole), 0);
+		assert_int_equal(kvs_seq_create(batch, &split), 0);
+		assert_int_equal(
+			t_prefill(whole, SEED, KVS_DTYPE_F16, 0, total), 0);
+		assert_int_equal(
+			t_prefill(split, SEED, KVS_DTYPE_F16, 0, parts[i][0]),
+			0);
+		assert_int_equal(t_prefill(split, SEED, KVS_DTYPE_F16,
+					   parts[i][0], parts[i][1]),
+				 0);
+		for (uint32_t l = 0; l < T_LAYERS; l++) {
+			assert_int_equal(
+				kvs_seq_tail_encode(whole, l, &a, &alen), 0);
+			assert_int_equal(
+				kvs_seq_tail_encode(split, l, &b, &blen), 0);
+			assert_int_equal(alen, blen);
+			assert_memory_equal(a, b, alen);
+			free(a);
+			free(b);
+		}
+		t_decode(whole, SEED, ID_SEED, KVS_DTYPE_F16, total, 40, want);
+		t_decode(split, SEED, ID_SEED, KVS_DTYPE_F16, total, 40, got);
+		assert_memory_equal(got, want, sizeof(float) * n);
+		kvs_batch_destroy(batch);
+	}
+	kvs_rt_destroy(rt);
+	free(got);
+	free(want);
+}
+
 static void test_bad_input(void **state)
 {
 	struct kvs_rt *rt =
@@ -492,6 +544,7 @@ int main(void)
 		cmocka_unit_test(test_pool_exhaustion),
 		cmocka_unit_test(test_blocks_and_history),
 		cmocka_unit_test(test_tail_checks),
+		cmocka_unit_test(test_prefill_in_parts),
 		cmocka_unit_test(test_bad_input),
 	};
 
