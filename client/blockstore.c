@@ -298,6 +298,23 @@ int kvs_blockstore_local(const char *dir, const struct kvs_store_opts *opts,
 	return err;
 }
 
+int kvs_blockstore_local_open(const char *dir, uint64_t dram_capacity,
+			      uint64_t nvme_capacity, uint64_t segment_size,
+			      struct kvs_blockstore **out)
+{
+	struct kvs_store_opts opts;
+
+	kvs_store_opts_default(&opts);
+	if (dram_capacity)
+		opts.dram_capacity = dram_capacity;
+	if (nvme_capacity)
+		opts.nvme_capacity = nvme_capacity;
+	if (segment_size)
+		opts.segment_size = segment_size;
+	opts.write_through = false;
+	return kvs_blockstore_local(dir, &opts, out);
+}
+
 struct kvs_store *kvs_blockstore_local_store(const struct kvs_blockstore *bs)
 {
 	if (!bs || bs->ops != &local_ops)

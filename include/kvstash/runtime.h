@@ -120,6 +120,12 @@ void *kvs_blockstore_ctx(const struct kvs_blockstore *bs);
  */
 int kvs_blockstore_local(const char *dir, const struct kvs_store_opts *opts,
 			 struct kvs_blockstore **out);
+/* kvs_blockstore_local with the store's default options but for these
+ * capacities (0: the default's), write-through off; for bindings that do
+ * not build a struct kvs_store_opts. */
+int kvs_blockstore_local_open(const char *dir, uint64_t dram_capacity,
+			      uint64_t nvme_capacity, uint64_t segment_size,
+			      struct kvs_blockstore **out);
 /* The store under a local block store (NULL for another kind). */
 struct kvs_store *kvs_blockstore_local_store(const struct kvs_blockstore *bs);
 

@@ -82,19 +82,6 @@ class View(ctypes.Structure):
     ]
 
 
-class StoreOpts(ctypes.Structure):
-    _fields_ = [
-        ("dram_capacity", ctypes.c_uint64),
-        ("nvme_capacity", ctypes.c_uint64),
-        ("segment_size", ctypes.c_uint64),
-        ("queue_depth", ctypes.c_uint),
-        ("write_through", ctypes.c_bool),
-        ("create", ctypes.c_bool),
-        ("buffered_io", ctypes.c_bool),
-        ("io", ctypes.c_void_p),
-    ]
-
-
 class RtConfig(ctypes.Structure):
     _fields_ = [
         ("model_id", ctypes.c_char_p),
@@ -256,11 +243,8 @@ _fn("kvs_id_to_hex", None, _P, ctypes.c_char_p)
 _fn("kvs_dtype_name", ctypes.c_char_p, _I)
 _fn("kvs_log_set_level", None, _I)
 
-# store
-_fn("kvs_store_opts_default", None, ctypes.POINTER(StoreOpts))
-
 # runtime
-_fn("kvs_blockstore_local", _I, ctypes.c_char_p, ctypes.POINTER(StoreOpts), _PP)
+_fn("kvs_blockstore_local_open", _I, ctypes.c_char_p, _U64, _U64, _U64, _PP)
 _fn("kvs_blockstore_release", None, _P)
 _fn("kvs_rt_config_default", None, ctypes.POINTER(RtConfig), _U32, _U32, ctypes.c_uint16,
     ctypes.c_uint16)

@@ -91,17 +91,12 @@ class BlockStore(_Handle):
         self._h = handle
 
     @classmethod
-    def local(cls, path, dram=256 << 20, nvme=4 << 30, segment=0, create=True, write_through=False):
-        opts = _lib.StoreOpts()
-        lib.kvs_store_opts_default(ctypes.byref(opts))
-        opts.dram_capacity = dram
-        opts.nvme_capacity = nvme
-        if segment:
-            opts.segment_size = segment
-        opts.create = create
-        opts.write_through = write_through
+    def local(cls, path, dram=256 << 20, nvme=4 << 30, segment=0):
+        """The store in directory `path` (created if missing): `dram` bytes
+        of DRAM tier, `nvme` bytes of segment files of `segment` bytes
+        (0: the store's defaults)."""
         h = ctypes.c_void_p()
-        check(lib.kvs_blockstore_local(str(path).encode(), ctypes.byref(opts), ctypes.byref(h)),
+        check(lib.kvs_blockstore_local_open(str(path).encode(), dram, nvme, segment, ctypes.byref(h)),
               "opening the store at %s" % path)
         return cls(h)
 
