@@ -5,7 +5,7 @@ set -eu
 pkgs="build-essential meson ninja-build pkg-config clang clang-format libclang-rt-14-dev
       libcmocka-dev liburing-dev libucx-dev ucx-utils liblz4-dev libxxhash-dev
       libssl-dev libcurl4-openssl-dev libjansson-dev etcd-server fio python3
-      iproute2"
+      python3-pip iproute2"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
@@ -26,5 +26,14 @@ if [ -n "$missing" ]; then
 	# shellcheck disable=SC2086
 	$as_root env DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -q --no-install-recommends $missing
+fi
+# The Python package's tests: NumPy and pytest, through pip where the
+# distribution's python3 lacks them (Debian 12 marks its python3 as
+# externally managed: pip then needs --break-system-packages).
+if ! python3 -c 'import numpy, pytest' >/dev/null 2>&1; then
+	echo "kvstash: installing numpy and pytest (pip)"
+	python3 -m pip install --quiet numpy pytest 2>/dev/null ||
+		python3 -m pip install --quiet --break-system-packages \
+			numpy pytest
 fi
 echo "kvstash: build dependencies present"

@@ -1,0 +1,462 @@
+/*
+ * attach.c - attaching a cached prefix: the longest run of the prompt's
+ * spans the block store holds for every layer is fetched into pages of
+ * the pool, layer by layer on the fetch thread, so that the engine works
+ * on layer l while layer l + 1 is in flight.
+ *
+ * The caller's thread takes the pages and records them in the sequence's
+ * page tables at once; the fetch thread gets each layer's blocks into host
+ * staging (two sets, alternating, so a layer's copies to the pool overlap
+ * the next layer's gets), checks every block (kvs_object_open: every
+ * format check; then that it is the block asked for: kind, shape, model,
+ * layer, span id, parent, position) and copies it into its page.  A layer
+ * is "done" with the count of leading spans that arrived intact.  The
+ * lengths of a layer change only when the caller installs it
+ * (kvs_seq_attach_wait / _finish, or the first prefill or step of the
+ * layer), after its copies are ordered before the step stream.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvstash/log.h"
+#include "runtime_internal.h"
+
+struct rt_attach {
+	struct rt_job job;
+	uint32_t spans, layers;
+	uint8_t (*span_ids)[KVS_ID_SIZE]; /* [spans] */
+	int32_t *pages; /* [layers][spans] */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	uint32_t done; /* layers the fetch thread finished */
+	bool finished, cancel;
+	uint32_t *ok; /* [layers] leading spans intact */
+	void **marks; /* [layers] end of the layer's copies */
+	uint32_t installed; /* layers installed */
+};
+
+static void attach_free(struct kvs_rt *rt, struct rt_attach *a)
+{
+	uint32_t l;
+
+	for (l = 0; l < a->layers; l++)
+		if (a->marks[l])
+			rt->eng->mark_free(rt, a->marks[l]);
+	pthread_cond_destroy(&a->cond);
+	pthread_mutex_destroy(&a->lock);
+	free(a->marks);
+	free(a->ok);
+	free(a->pages);
+	free(a->span_ids);
+	free(a);
+}
+
+/* 0 if @view is block @index of @layer of this prefix. */
+static int check_block(const struct kvs_rt *rt, const struct rt_attach *a,
+		       const struct kvs_view *view, uint32_t layer,
+		       uint32_t index)
+{
+	static const uint8_t none[KVS_ID_SIZE];
+	const struct kvs_ident *id = &view->hdr.ident;
+	const struct kvs_shape *s = &view->hdr.shape, *want = &rt->cfg.shape;
+	const uint8_t *parent = index ? a->span_ids[index - 1] : none;
+
+	if (view->hdr.kind != KVS_KIND_BLOCK || s->kv_heads != want->kv_heads ||
+	    s->head_dim != want->head_dim || s->group != want->group ||
+	    s->bits != want->bits || s->meta_type != want->meta_type ||
+	    s->span != want->span || s->residual != want->residual ||
+	    id->layer != layer ||
+	    id->first_pos != (uint64_t)index * want->span ||
+	    memcmp(id->block_id, a->span_ids[index], KVS_ID_SIZE) != 0 ||
+	    memcmp(id->parent_id, parent, KVS_ID_SIZE) != 0 ||
+	    memcmp(id->model_fp, rt->model_fp, KVS_ID_SIZE) != 0) {
+		kvs_log(KVS_LOG_WARN,
+			"attach: block %u of layer %u is not the block asked "
+			"for (kind, shape, model, layer, id or position)",
+			index, layer);
+		return -KVS_ECORRUPT;
+	}
+	return 0;
+}
+
+/* Fetches one layer into @staging; returns the leading spans that are in
+ * their pages now. */
+static uint32_t fetch_layer(struct kvs_rt *rt, struct rt_attach *a,
+			    uint32_t layer, uint8_t *staging,
+			    struct kvs_store_key *keys, void **bufs,
+			    size_t *caps, size_t *lens, int *results)
+{
+	const struct kvs_blockstore_ops *ops = kvs_blockstore_ops(rt->store);
+	size_t cap = rt->layout.total_size;
+	uint32_t i, ok = 0, missed = 0, corrupt = 0;
+	struct kvs_view view;
+	int err;
+
+	for (i = 0; i < a->spans; i++) {
+		memcpy(keys[i].span_id, a->span_ids[i], KVS_ID_SIZE);
+		keys[i].layer = layer;
+		bufs[i] = staging + i * cap;
+		caps[i] = cap;
+		lens[i] = 0;
+		results[i] = -KVS_ENOTFOUND;
+	}
+	err = ops->get(kvs_blockstore_ctx(rt->store), keys, a->spans, bufs,
+		       caps, lens, results);
+	if (err) {
+		kvs_log(KVS_LOG_WARN, "attach: get of layer %u failed: %s",
+			layer, kvs_strerror(err));
+		rt_count(rt, &rt->stats.fetch_missed, a->spans);
+		return 0;
+	}
+	for (i = 0; i < a->spans; i++) {
+		if (results[i]) {
+			/* a later span is of no use without this one */
+			missed = 1;
+			kvs_log(KVS_LOG_WARN,
+				"attach: block %u of layer %u lost since the "
+				"lookup: %s",
+				i, layer, kvs_strerror(results[i]));
+			break;
+		}
+		err = kvs_object_open(bufs[i], lens[i], 0, &view);
+		if (err) {
+			corrupt = 1;
+			kvs_log(KVS_LOG_WARN,
+				"attach: block %u of layer %u failed the %s "
+				"check, dropped",
+				i, layer, kvs_check_name(err));
+			break;
+		}
+		err = check_block(rt, a, &view, layer, i);
+		if (!err)
+			err = rt->eng->page_write(
+				rt, a->pages[(size_t)layer * a->spans + i],
+				&view, bufs[i], lens[i]);
+		kvs_view_release(&view);
+		if (err) {
+			corrupt = err == -KVS_ECORRUPT;
+			break;
+		}
+		ok++;
+	}
+	if (missed)
+		rt_count(rt, &rt->stats.fetch_missed, 1);
+	if (corrupt)
+		rt_count(rt, &rt->stats.fetch_corrupt, 1);
+	rt_count(rt, &rt->stats.attached, ok);
+	return ok;
+}
+
+static void fetch_run(struct kvs_rt *rt, struct rt_job *job)
+{
+	struct rt_attach *a = (struct rt_attach *)job;
+	size_t cap = rt->layout.total_size, n = a->spans;
+	uint8_t *staging[2] = { NULL, NULL };
+	struct kvs_store_key *keys;
+	void **bufs;
+	size_t *caps, *lens;
+	int *results;
+	uint32_t l, ok;
+	bool cancel;
+
+	keys = malloc(sizeof(*keys) * n);
+	bufs = malloc(sizeof(*bufs) * n);
+	caps = malloc(sizeof(*caps) * n);
+	lens = malloc(sizeof(*lens) * n);
+	results = malloc(sizeof(*results) * n);
+	staging[0] = rt->eng->host_alloc(rt, cap * n);
+	staging[1] = a->layers > 1 ? rt->eng->host_alloc(rt, cap * n) : NULL;
+	if (!keys || !bufs || !caps || !lens || !results || !staging[0] ||
+	    (a->layers > 1 && !staging[1])) {
+		kvs_log(KVS_LOG_ERR, "attach: out of memory for %zu spans", n);
+		cancel = true;
+	} else {
+		cancel = false;
+	}
+	for (l = 0; l < a->layers; l++) {
+		pthread_mutex_lock(&a->lock);
+		cancel = cancel || a->cancel;
+		pthread_mutex_unlock(&a->lock);
+		ok = 0;
+		/* the copies out of this staging set (layer l - 2) are over */
+		if (!cancel && l >= 2 && a->marks[l - 2])
+			cancel = rt->eng->mark_wait(rt, a->marks[l - 2]) != 0;
+		if (!cancel)
+			ok = fetch_layer(rt, a, l, staging[l % 2], keys, bufs,
+					 caps, lens, results);
+		if (rt->eng->mark(rt, true, &a->marks[l]))
+			ok = 0;
+		pthread_mutex_lock(&a->lock);
+		a->ok[l] = ok;
+		a->done = l + 1;
+		pthread_cond_broadcast(&a->cond);
+		pthread_mutex_unlock(&a->lock);
+	}
+	/* the staging memory goes only once its last copies are over */
+	for (l = a->layers > 2 ? a->layers - 2 : 0; l < a->layers; l++)
+		if (a->marks[l])
+			rt->eng->mark_wait(rt, a->marks[l]);
+	rt->eng->host_free(rt, staging[0]);
+	rt->eng->host_free(rt, staging[1]);
+	free(keys);
+	free(bufs);
+	free(caps);
+	free(lens);
+	free(results);
+	pthread_mutex_lock(&a->lock);
+	a->finished = true;
+	pthread_cond_broadcast(&a->cond);
+	pthread_mutex_unlock(&a->lock);
+}
+
+int rt_attach_start(struct kvs_seq *seq, uint32_t spans)
+{
+	struct kvs_rt *rt = seq->batch->rt;
+	uint32_t L = rt->cfg.layers, l, i;
+	struct rt_attach *a;
+	int err = -ENOMEM;
+
+	a = calloc(1, sizeof(*a));
+	if (!a)
+		goto fail;
+	a->spans = spans;
+	a->layers = L;
+	a->span_ids = malloc(sizeof(*a->span_ids) * spans);
+	a->pages = malloc(sizeof(*a->pages) * spans * L);
+	a->ok = calloc(L, sizeof(*a->ok));
+	a->marks = calloc(L, sizeof(*a->marks));
+	pthread_mutex_init(&a->lock, NULL);
+	pthread_cond_init(&a->cond, NULL);
+	if (!a->span_ids || !a->pages || !a->ok || !a->marks)
+		goto fail_attach;
+	if (rt_seq_span_ids(seq) < spans) {
+		err = -KVS_EPARAM;
+		goto fail_attach;
+	}
+	memcpy(a->span_ids, seq->span_ids, sizeof(*a->span_ids) * spans);
+	err = rt_pool_take(rt, spans * L, a->pages);
+	if (err)
+		goto fail_attach;
+	for (l = 0; l < L; l++) {
+		struct rt_layer *ly = &seq->layer[l];
+
+		for (i = 0; i < spans; i++) {
+			ly->pages[i] = a->pages[(size_t)l * spans + i];
+			ly->origin[i] = RT_PAGE_STORE;
+		}
+	}
+	a->job.run = fetch_run;
+	seq->attach = a;
+	rt_worker_queue(rt, &rt->fetcher, &a->job);
+	return 0;
+
+fail_attach:
+	attach_free(rt, a);
+fail:
+	if (err == -ENOMEM)
+		kvs_log(KVS_LOG_ERR, "attach: out of memory");
+	return err;
+}
+
+static void wait_finished(struct rt_attach *a)
+{
+	pthread_mutex_lock(&a->lock);
+	while (!a->finished)
+		pthread_cond_wait(&a->cond, &a->lock);
+	pthread_mutex_unlock(&a->lock);
+}
+
+void rt_attach_cancel(struct kvs_seq *seq)
+{
+	struct rt_attach *a = seq->attach;
+
+	if (!a)
+		return;
+	pthread_mutex_lock(&a->lock);
+	a->cancel = true;
+	pthread_mutex_unlock(&a->lock);
+	wait_finished(a);
+	/* the pages are in the sequence's tables: its clear returns them */
+	attach_free(seq->batch->rt, a);
+	seq->attach = NULL;
+}
+
+/* Makes @spans attached spans the content of @layer. */
+static int install(struct kvs_seq *seq, struct rt_attach *a, uint32_t layer,
+		   uint32_t spans)
+{
+	struct kvs_rt *rt = seq->batch->rt;
+	struct rt_len len;
+	int err;
+
+	err = rt->eng->mark_join(rt, a->marks[layer]);
+	if (err)
+		return err;
+	len.tokens = len.k_quant = len.v_quant = spans * rt->cfg.shape.span;
+	err = rt_seq_layer_set(seq, layer, &len, spans);
+	if (err)
+		return err;
+	seq->layer[layer].len = len;
+	seq->layer[layer].attach_used = true;
+	a->installed++;
+	return 0;
+}
+
+static void finish_if_installed(struct kvs_seq *seq)
+{
+	struct rt_attach *a = seq->attach;
+
+	if (a->installed < a->layers)
+		return;
+	wait_finished(a);
+	attach_free(seq->batch->rt, a);
+	seq->attach = NULL;
+}
+
+int kvs_seq_attach_wait(struct kvs_seq *seq, uint32_t layer)
+{
+	struct rt_attach *a;
+	uint32_t ok;
+	int err;
+
+	if (!seq || layer >= seq->batch->rt->cfg.layers)
+		return -KVS_EPARAM;
+	a = seq->attach;
+	if (!a || seq->layer[layer].attach_used)
+		return 0;
+	pthread_mutex_lock(&a->lock);
+	while (a->done <= layer)
+		pthread_cond_wait(&a->cond, &a->lock);
+	ok = a->ok[layer];
+	pthread_mutex_unlock(&a->lock);
+	if (ok < a->spans) {
+		kvs_log(KVS_LOG_ERR,
+			"attach: layer %u holds %u of %u cached spans; reset "
+			"the sequence and prefill the prompt",
+			layer, ok, a->spans);
+		return -KVS_ENOTFOUND;
+	}
+	err = install(seq, a, layer, a->spans);
+	if (err)
+		return err;
+	finish_if_installed(seq);
+	return 0;
+}
+
+int kvs_seq_attach_finish(struct kvs_seq *seq, uint32_t *attached)
+{
+	struct kvs_rt *rt;
+	struct rt_attach *a;
+	uint32_t keep, l, i;
+	bool used = false;
+	int err;
+
+	if (!seq || !attached)
+		return -KVS_EPARAM;
+	rt = seq->batch->rt;
+	a = seq->attach;
+	if (!a) {
+		*attached = seq->layer[0].len.k_quant;
+		return 0;
+	}
+	wait_finished(a);
+	keep = a->spans;
+	for (l = 0; l < a->layers; l++) {
+		if (a->ok[l] < keep)
+			keep = a->ok[l];
+		used = used || seq->layer[l].attach_used;
+	}
+	if (keep < a->spans && used) {
+		kvs_log(KVS_LOG_ERR,
+			"attach: a layer in use holds %u spans but only %u "
+			"arrived everywhere; reset and prefill",
+			a->spans, keep);
+		return -KVS_ENOTFOUND;
+	}
+	for (l = 0; l < a->layers; l++) {
+		struct rt_layer *ly = &seq->layer[l];
+
+		if (ly->attach_used)
+			continue;
+		for (i = keep; i < a->spans; i++) {
+			rt_pool_put(rt, ly->pages[i]);
+			ly->pages[i] = -1;
+		}
+		err = install(seq, a, l, keep);
+		if (err)
+			return err;
+	}
+	finish_if_installed(seq);
+	*attached = keep * rt->cfg.shape.span;
+	return 0;
+}
+
+int kvs_seq_attach_prefix(struct kvs_seq *seq, const uint32_t *ids, size_t n,
+			  uint32_t limit, uint32_t *attached)
+{
+	const struct kvs_blockstore_ops *ops;
+	struct kvs_rt *rt;
+	uint32_t R, S, usable, spans, *layers, l;
+	size_t prefix = 0;
+	int err;
+
+	if (!seq || (!ids && n) || !attached)
+		return -KVS_EPARAM;
+	rt = seq->batch->rt;
+	for (l = 0; l < rt->cfg.layers; l++) {
+		if (seq->layer[l].len.tokens) {
+			kvs_log(KVS_LOG_ERR,
+				"attach: the sequence is not empty");
+			return -KVS_EPARAM;
+		}
+	}
+	if (seq->attach || seq->n_ids) {
+		kvs_log(KVS_LOG_ERR, "attach: the sequence already has ids or "
+				     "an attach");
+		return -KVS_EPARAM;
+	}
+	err = kvs_seq_append_ids(seq, ids, n);
+	if (err)
+		return err;
+	*attached = 0;
+	R = rt->cfg.shape.residual;
+	S = rt->cfg.shape.span;
+	/* the Values of the last min(n, R) tokens stay full precision: the
+	 * prefill must compute them */
+	usable = (uint32_t)n - ((uint32_t)n < R ? (uint32_t)n : R);
+	if (usable > limit)
+		usable = limit;
+	spans = usable / S;
+	if (!rt->store || spans == 0)
+		return 0;
+	if (rt_seq_span_ids(seq) < spans)
+		return -EIO;
+	layers = malloc(sizeof(*layers) * rt->cfg.layers);
+	if (!layers)
+		return -ENOMEM;
+	for (l = 0; l < rt->cfg.layers; l++)
+		layers[l] = l;
+	ops = kvs_blockstore_ops(rt->store);
+	err = ops->lookup(kvs_blockstore_ctx(rt->store),
+			  (const uint8_t(*)[KVS_ID_SIZE])seq->span_ids, spans,
+			  layers, rt->cfg.layers, &prefix);
+	free(layers);
+	if (err) {
+		kvs_log(KVS_LOG_WARN,
+			"attach: lookup failed (%s); prefilling "
+			"the whole prompt",
+			kvs_strerror(err));
+		return 0;
+	}
+	if (prefix == 0)
+		return 0;
+	err = rt_attach_start(seq, (uint32_t)prefix);
+	if (err) {
+		seq->n_ids = 0;
+		seq->n_span_ids = 0;
+		return err;
+	}
+	*attached = (uint32_t)prefix * S;
+	return 0;
+}

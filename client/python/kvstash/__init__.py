@@ -1,0 +1,34 @@
+"""kvstash: KIVI-style 2-bit KV-cache blocks end to end.
+
+Bindings over libkvstash (ctypes, no compiled extension):
+  Runtime, Batch, Sequence   the decode runtime (prefill, fused decode
+                             steps, publish, prefix attach, tail handoff)
+  BlockStore                 where blocks are published and attached from
+  Block, verify, span_id     opening, checking and dequantizing objects
+  kernels                    the CUDA kernels on torch tensors
+  transformers               a transformers Cache and attention function
+                             (import kvstash.transformers; needs torch and
+                             transformers)
+NumPy arrays work with the CPU device; torch tensors with both.
+"""
+
+from ._lib import KvsError, lib_path
+from .blocks import Block, check_name, span_id, verify
+from .runtime import Batch, BlockStore, Runtime, Sequence
+from . import kernels
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Batch",
+    "Block",
+    "BlockStore",
+    "KvsError",
+    "Runtime",
+    "Sequence",
+    "check_name",
+    "kernels",
+    "lib_path",
+    "span_id",
+    "verify",
+]
