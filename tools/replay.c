@@ -108,9 +108,8 @@ int replay_plan_make(const struct replay_model *m, enum replay_format format,
 	return 0;
 }
 
-/* The store's smallest segment, and how many objects its policy keeps
- * remembering whatever the capacity (its ghost lists). */
-#define STORE_MIN_SEGMENT (256ull << 10)
+/* How many objects the store's policy keeps remembering whatever the
+ * capacity (its ghost lists). */
 #define STORE_GHOST_MIN 256
 
 void replay_plan_tiers(const struct replay_plan *p, uint64_t dram,
@@ -122,7 +121,7 @@ void replay_plan_tiers(const struct replay_plan *p, uint64_t dram,
 	uint64_t full = (uint64_t)p->spans_per_block * p->layers_kept *
 			p->layer_div *
 			replay_record_bytes(p->full_object_bytes);
-	uint64_t body = segment_size - KVS_STORE_ALIGN, nseg, recs;
+	uint64_t body, nseg, recs;
 
 	memset(out, 0, sizeof(*out));
 	out->exact = true;
@@ -133,6 +132,11 @@ void replay_plan_tiers(const struct replay_plan *p, uint64_t dram,
 		out->exact = false;
 	if (nvme == 0)
 		return;
+	/* The store refuses a tier of fewer than two segments; like the
+	 * store left to choose, take segments of half the capacity. */
+	if (nvme / segment_size < 2 && nvme / 2 >= KVS_STORE_SEGMENT_MIN)
+		segment_size = nvme / 2 / KVS_STORE_ALIGN * KVS_STORE_ALIGN;
+	body = segment_size - KVS_STORE_SEGMENT_OVERHEAD;
 	nseg = nvme / segment_size;
 	if (p->scale == 1) {
 		out->nvme = nvme;
@@ -140,7 +144,7 @@ void replay_plan_tiers(const struct replay_plan *p, uint64_t dram,
 		out->nvme_segments = nseg;
 		return;
 	}
-	if (nseg < 2 || segment_size <= KVS_STORE_ALIGN) {
+	if (nseg < 2 || segment_size <= KVS_STORE_SEGMENT_OVERHEAD) {
 		/* Under two segments: the store decides (or refuses). */
 		out->nvme = (uint64_t)((unsigned __int128)nvme * block / full);
 		out->exact = false;
@@ -151,13 +155,15 @@ void replay_plan_tiers(const struct replay_plan *p, uint64_t dram,
 	if ((unsigned __int128)recs * rec * full !=
 	    (unsigned __int128)body * block)
 		out->exact = false;
-	out->segment_size = KVS_STORE_ALIGN + recs * rec;
-	if (recs == 0 || out->segment_size < STORE_MIN_SEGMENT) {
+	out->segment_size = KVS_STORE_SEGMENT_OVERHEAD + recs * rec;
+	if (recs == 0 || out->segment_size < KVS_STORE_SEGMENT_MIN) {
 		/* Segments cannot shrink that far (under one record, or
 		 * under the store's smallest): keep the capacity, in fewer
 		 * segments of the smallest size. */
-		recs = (STORE_MIN_SEGMENT - KVS_STORE_ALIGN + rec - 1) / rec;
-		out->segment_size = KVS_STORE_ALIGN + recs * rec;
+		recs = (KVS_STORE_SEGMENT_MIN - KVS_STORE_SEGMENT_OVERHEAD +
+			rec - 1) /
+		       rec;
+		out->segment_size = KVS_STORE_SEGMENT_OVERHEAD + recs * rec;
 		nseg = (uint64_t)((unsigned __int128)nvme * block / full) /
 		       out->segment_size;
 		if (nseg < 2)

@@ -55,6 +55,9 @@ extern "C" {
 #define KVS_STORE_FORMAT_VERSION 2 /* 1: no manifest, one superblock */
 #define KVS_STORE_ALIGN 4096u /* record and I/O alignment */
 #define KVS_STORE_RECORD_HEADER 128u /* bytes before the object */
+/* Bytes of a segment that hold no record: its header page and, once it is
+ * sealed, its footer page. */
+#define KVS_STORE_SEGMENT_OVERHEAD (2u * KVS_STORE_ALIGN)
 #define KVS_STORE_KEY_TEXT 76 /* "64 hex:layer" + NUL, max */
 
 struct kvs_store;

@@ -212,7 +212,7 @@ def group_scale():
     t = gen("scale.jsonl", "--requests", "600", "--seed", "7",
             "--documents", "80")
     for dram, nvme in (("160M", "0"), ("80M", "256M")):
-        seg = ["--segment-size", 4096 + 16 * (256 << 10)]
+        seg = ["--segment-size", 8192 + 16 * (256 << 10)]
         base = replay(t, *MODEL4H1, "--dram-capacity", dram,
                       "--nvme-capacity", nvme, *seg)
         check(base["evictions"] > 0, "no eviction at %s" % dram)
@@ -237,8 +237,8 @@ def group_scale():
             check(r["store_dram_capacity"] * k ==
                   base["store_dram_capacity"], "DRAM at %d" % k)
             check(r["store_nvme_segments"] == base["store_nvme_segments"]
-                  and (r["store_segment_size"] - 4096) * k ==
-                  (base["store_segment_size"] - 4096) or nvme == "0",
+                  and (r["store_segment_size"] - 8192) * k ==
+                  (base["store_segment_size"] - 8192) or nvme == "0",
                   "segments at %d" % k)
             check(counts(r) == counts(base), "scale %d at %s/%s: %r != %r"
                   % (k, dram, nvme, counts(r), counts(base)))
