@@ -13,5 +13,8 @@ int kvs_cmd_demo(int argc, char **argv); /* cmd_demo.c */
 int kvs_cmd_store(int argc, char **argv); /* cmd_store.c */
 int kvs_bench_format(int argc, char **argv); /* bench_format.c */
 int kvs_bench_store(int argc, char **argv); /* bench_store.c */
+/* `kvstash --server HOST:PORT ...` (argv[0] is the program) */
+int kvs_cmd_remote(int argc, char **argv); /* cmd_remote.c */
+int kvs_bench_transport(int argc, char **argv); /* bench_transport.c */
 
 #endif

@@ -24,7 +24,12 @@ static int cmd_bench(int argc, char **argv)
 		return kvs_bench_format(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "store") == 0)
 		return kvs_bench_store(argc - 1, argv + 1);
-	fprintf(stderr, "usage: kvstash bench format|store [options]\n");
+#if KVS_HAVE_UCX
+	if (argc >= 2 && strcmp(argv[1], "transport") == 0)
+		return kvs_bench_transport(argc - 1, argv + 1);
+#endif
+	fprintf(stderr,
+		"usage: kvstash bench format|store|transport [options]\n");
 	return 2;
 }
 
@@ -55,6 +60,11 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+#if KVS_HAVE_UCX
+	if (strncmp(argv[1], "--server", 8) == 0 ||
+	    strncmp(argv[1], "--auth-key-file", 15) == 0)
+		return kvs_cmd_remote(argc, argv);
+#endif
 	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
 		usage(stdout);
 		return 0;

@@ -224,6 +224,14 @@ size_t kvs_store_lookup_prefix(struct kvs_store *store,
 			       size_t n_spans, const uint32_t *layers,
 			       size_t n_layers);
 
+/*
+ * kvs_store_delete - remove the object of @key from both tiers: no later
+ * get or lookup of this process finds it (a ref already taken stays
+ * valid).  Not logged: a record still in a segment file returns at the
+ * next open.  0 or -KVS_ENOTFOUND.
+ */
+int kvs_store_delete(struct kvs_store *store, const struct kvs_store_key *key);
+
 /* Makes every object WRITTEN so far DURABLE.  0 or -errno. */
 int kvs_store_sync(struct kvs_store *store);
 

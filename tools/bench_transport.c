@@ -1,0 +1,5 @@
+#include "cmd.h"
+int kvs_bench_transport(int argc, char **argv)
+{
+	return 2;
+}

@@ -1,0 +1,535 @@
+/*
+ * serve.c - one handler per opcode, run by the loop once a request's
+ * payload is in place; each ends by sending its reply.
+ *
+ * Namespaces.  The server stores a client's block under
+ * SHA-256(prefix(namespace) || span id) (ns_span_id), the namespace being
+ * the one its configuration binds to the authenticated tenant.  The
+ * stored object must carry its store key in its own header (the store
+ * checks key_of(object) on every read and at recovery), so a put rewrites
+ * the header's block id to the namespaced id -- after checking the
+ * header as the client sent it -- and recomputes the header checksum; a
+ * get rewrites it back to the id the client asked for in a copy of the
+ * 512-byte header, sent ahead of the rest of the object, which goes from
+ * the store's DRAM slot untouched.  The bytes returned are then exactly
+ * the bytes put, and a tenant can reach only ids of its own namespace.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+#include <xxhash.h>
+
+#include "common/bytes.h"
+#include "kvstash/error.h"
+#include "kvstash/log.h"
+#include "server_internal.h"
+
+#define HDR_ID_OFF 64u
+#define HDR_SUM_OFF 504u
+
+void ns_span_id(const struct srv_tenant *t, const uint8_t *span_id,
+		uint8_t out[KVS_ID_SIZE])
+{
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+	unsigned len = 0;
+
+	/* a copy of the tenant's absorbed prefix: one compression per id */
+	if (!ctx || !EVP_MD_CTX_copy_ex(ctx, t->ns_prefix) ||
+	    !EVP_DigestUpdate(ctx, span_id, KVS_ID_SIZE) ||
+	    !EVP_DigestFinal_ex(ctx, out, &len))
+		abort(); /* libcrypto cannot fail on a valid context */
+	EVP_MD_CTX_free(ctx);
+}
+
+/* Sets the block id of a 512-byte header and its checksum. */
+static void header_set_id(uint8_t *hdr, const uint8_t id[KVS_ID_SIZE])
+{
+	memcpy(hdr + HDR_ID_OFF, id, KVS_ID_SIZE);
+	kvs_put64(hdr + HDR_SUM_OFF, XXH3_64bits(hdr, HDR_SUM_OFF));
+}
+
+static void frame_reply(struct srv_reply *r, const struct srv_req *req,
+			int32_t status, uint32_t count, uint32_t body_len)
+{
+	struct kvs_proto_frame f = {
+		.version = KVS_PROTO_VERSION,
+		.opcode = (uint16_t)(req->f.opcode | KVS_OP_REPLY),
+		.req_id = req->f.req_id,
+		.status = status,
+		.count = count,
+		.body_len = body_len,
+	};
+
+	kvs_proto_header_encode(&f, r->frame);
+	r->frame_len = KVS_PROTO_HEADER_SIZE + body_len;
+}
+
+/* Sends @r, or an out-of-memory error when it could not be made. */
+static void finish(struct kvs_server *srv, struct srv_req *req,
+		   struct srv_reply *r, bool ok)
+{
+	if (ok && r) {
+		reply_send(srv, r);
+	} else {
+		reply_discard(r);
+		reply_error(srv, req, -ENOMEM, false);
+	}
+	req_done(req);
+}
+
+static const struct srv_tenant *tenant_find(struct kvs_server *srv,
+					    const char *name)
+{
+	for (size_t i = 0; i < srv->n_tenants; i++)
+		if (strcmp(srv->tenants[i].cfg.name, name) == 0)
+			return &srv->tenants[i];
+	return NULL;
+}
+
+static void serve_hello(struct kvs_server *srv, struct srv_req *req)
+{
+	struct srv_conn *c = req->conn;
+	struct srv_reply *r = reply_new(req);
+	uint16_t tlen = kvs_get16(req->f.body);
+	uint8_t *b;
+
+	if (!r) {
+		finish(srv, req, NULL, false);
+		return;
+	}
+	memcpy(c->tenant_name, req->f.body + 4, tlen);
+	c->tenant_name[tlen] = '\0';
+	/* a fresh challenge for every hello: a proof made for an earlier
+	 * one (on this connection or another) never matches */
+	c->nonce_valid = RAND_bytes(c->nonce, sizeof(c->nonce)) == 1;
+	frame_reply(r, req, c->nonce_valid ? 0 : -EIO, 0,
+		    KVS_PROTO_HELLO_REPLY_SIZE);
+	b = r->frame + KVS_PROTO_HEADER_SIZE;
+	memcpy(b, c->nonce, KVS_PROTO_NONCE_SIZE);
+	kvs_put32(b + 32, srv->limits.max_batch);
+	kvs_put32(b + 36, srv->limits.max_object);
+	kvs_put32(b + 40, srv->limits.max_payload > UINT32_MAX
+				  ? UINT32_MAX
+				  : (uint32_t)srv->limits.max_payload);
+	kvs_put32(b + 44, srv->limits_inflight);
+	finish(srv, req, r, true);
+}
+
+static void serve_auth(struct kvs_server *srv, struct srv_req *req)
+{
+	struct srv_conn *c = req->conn;
+	const struct srv_tenant *t = tenant_find(srv, c->tenant_name);
+	uint8_t mac[KVS_PROTO_MAC_SIZE];
+	bool ok = false;
+
+	/* the challenge is spent by this answer, right or wrong */
+	if (c->nonce_valid && t &&
+	    kvs_proto_auth_mac(t->cfg.key, t->cfg.key_len, c->nonce,
+			       t->cfg.name, mac) == 0)
+		ok = CRYPTO_memcmp(mac, req->f.body, sizeof(mac)) == 0;
+	c->nonce_valid = false;
+	if (!ok) {
+		M_ADD(srv->m.auth_failures, 1);
+		kvs_log(KVS_LOG_WARN,
+			"kvstashd: connection %llu: authentication of tenant "
+			"'%s' refused",
+			(unsigned long long)c->id, c->tenant_name);
+		reply_error(srv, req, -KVS_EAUTH, true);
+		req_done(req);
+		return;
+	}
+	c->authed = true;
+	c->tenant = t;
+	kvs_log(KVS_LOG_INFO,
+		"kvstashd: connection %llu: tenant '%s' authenticated",
+		(unsigned long long)c->id, t->cfg.name);
+	reply_error(srv, req, 0, false);
+	req_done(req);
+}
+
+static void serve_lookup(struct kvs_server *srv, struct srv_req *req)
+{
+	uint32_t n_layers = kvs_get32(req->f.body), n = req->f.count;
+	uint32_t *layers = malloc(n_layers * sizeof(*layers));
+	uint8_t(*ids)[KVS_ID_SIZE] = malloc((size_t)n * KVS_ID_SIZE);
+	const uint8_t *spans = req->payload + (size_t)n_layers * 4;
+	struct srv_reply *r = reply_new(req);
+	size_t prefix;
+
+	if (!layers || !ids || !r) {
+		free(layers);
+		free(ids);
+		finish(srv, req, r, false);
+		return;
+	}
+	for (uint32_t i = 0; i < n_layers; i++)
+		layers[i] = kvs_get32(req->payload + (size_t)i * 4);
+	for (uint32_t i = 0; i < n; i++)
+		ns_span_id(req->conn->tenant, spans + (size_t)i * KVS_ID_SIZE,
+			   ids[i]);
+	prefix = kvs_store_lookup_prefix(srv->opts.store,
+					 (const uint8_t(*)[KVS_ID_SIZE])ids, n,
+					 layers, n_layers);
+	frame_reply(r, req, 0, n, 8);
+	kvs_proto_item_encode(r->frame + KVS_PROTO_HEADER_SIZE,
+			      (uint32_t)prefix);
+	free(layers);
+	free(ids);
+	finish(srv, req, r, true);
+}
+
+/* The namespaced store key of wire key @i of the payload. */
+static void req_key(const struct srv_req *req, uint32_t i,
+		    struct kvs_proto_key *wire, struct kvs_store_key *key)
+{
+	/* reserved bytes were checked with the request */
+	kvs_proto_key_decode(req->payload + (size_t)i * KVS_PROTO_KEY_SIZE,
+			     wire);
+	ns_span_id(req->conn->tenant, wire->span_id, key->span_id);
+	key->layer = wire->layer;
+}
+
+static void serve_exists(struct kvs_server *srv, struct srv_req *req)
+{
+	struct srv_reply *r = reply_new(req);
+	uint8_t *body;
+
+	if (!r) {
+		finish(srv, req, NULL, false);
+		return;
+	}
+	frame_reply(r, req, 0, req->f.count, req->f.count);
+	body = r->frame + KVS_PROTO_HEADER_SIZE;
+	for (uint32_t i = 0; i < req->f.count; i++) {
+		struct kvs_proto_key wire;
+		struct kvs_store_key key;
+		const uint8_t(*id)[KVS_ID_SIZE];
+
+		req_key(req, i, &wire, &key);
+		id = (const uint8_t(*)[KVS_ID_SIZE])key.span_id;
+		body[i] = kvs_store_lookup_prefix(srv->opts.store, id, 1,
+						  &key.layer, 1) == 1;
+	}
+	finish(srv, req, r, true);
+}
+
+static void serve_delete(struct kvs_server *srv, struct srv_req *req)
+{
+	struct srv_reply *r = reply_new(req);
+
+	if (!r) {
+		finish(srv, req, NULL, false);
+		return;
+	}
+	frame_reply(r, req, 0, req->f.count,
+		    req->f.count * KVS_PROTO_ITEM_SIZE);
+	for (uint32_t i = 0; i < req->f.count; i++) {
+		struct kvs_proto_key wire;
+		struct kvs_store_key key;
+		int err;
+
+		req_key(req, i, &wire, &key);
+		err = kvs_store_delete(srv->opts.store, &key);
+		kvs_proto_item_encode(r->frame + KVS_PROTO_HEADER_SIZE +
+					      i * KVS_PROTO_ITEM_SIZE,
+				      (uint32_t)err);
+	}
+	finish(srv, req, r, true);
+}
+
+static void serve_get(struct kvs_server *srv, struct srv_req *req)
+{
+	uint32_t n = req->f.count, hits = 0;
+	struct kvs_store_key *keys = malloc(n * sizeof(*keys));
+	struct kvs_proto_key *wire = malloc(n * sizeof(*wire));
+	int *results = malloc(n * sizeof(*results));
+	struct srv_reply *r = reply_new(req);
+	uint8_t *body;
+	int err;
+
+	if (!keys || !wire || !results || !r)
+		goto oom;
+	r->refs = calloc(n, sizeof(*r->refs));
+	r->iov = calloc(2 * (size_t)n, sizeof(*r->iov));
+	r->owned = malloc((size_t)n * KVS_HEADER_SIZE);
+	if (!r->refs || !r->iov || !r->owned)
+		goto oom;
+	for (uint32_t i = 0; i < n; i++)
+		req_key(req, i, &wire[i], &keys[i]);
+	err = kvs_store_get_batch(srv->opts.store, keys, n, r->refs, results);
+	if (err) {
+		free(keys);
+		free(wire);
+		free(results);
+		reply_error(srv, req, err, false);
+		r->n_refs = n;
+		reply_discard(r); /* and the refs taken */
+		req_done(req);
+		return;
+	}
+	r->n_refs = n;
+	frame_reply(r, req, 0, n, n * KVS_PROTO_ITEM_SIZE);
+	body = r->frame + KVS_PROTO_HEADER_SIZE;
+	for (uint32_t i = 0; i < n; i++) {
+		uint8_t *item = body + (size_t)i * KVS_PROTO_ITEM_SIZE;
+		const uint8_t *obj;
+		uint8_t *hdr = r->owned + (size_t)hits * KVS_HEADER_SIZE;
+		size_t len;
+
+		if (results[i]) {
+			kvs_put32(item, (uint32_t)results[i]);
+			kvs_put32(item + 4, 0);
+			continue;
+		}
+		obj = kvs_store_ref_data(r->refs[i]);
+		len = kvs_store_ref_len(r->refs[i]);
+		memcpy(hdr, obj, KVS_HEADER_SIZE);
+		header_set_id(hdr, wire[i].span_id);
+		r->iov[r->iov_n].buffer = hdr;
+		r->iov[r->iov_n++].length = KVS_HEADER_SIZE;
+		r->iov[r->iov_n].buffer = (void *)(obj + KVS_HEADER_SIZE);
+		r->iov[r->iov_n++].length = len - KVS_HEADER_SIZE;
+		r->bytes += len;
+		kvs_put32(item, 0);
+		kvs_put32(item + 4, (uint32_t)len);
+		hits++;
+	}
+	M_ADD(srv->m.get_hits, hits);
+	M_ADD(srv->m.get_misses, n - hits);
+	free(keys);
+	free(wire);
+	free(results);
+	finish(srv, req, r, true);
+	return;
+oom:
+	free(keys);
+	free(wire);
+	free(results);
+	finish(srv, req, r, false);
+}
+
+/* Checks one put object as the client sent it and moves it into the
+ * tenant's namespace; 0 or the error. */
+static int put_rekey(const struct srv_tenant *t, uint8_t *obj, size_t len,
+		     unsigned kind)
+{
+	struct kvs_header h;
+	uint8_t id[KVS_ID_SIZE];
+	int err = kvs_header_decode(obj, len, 0, &h);
+
+	if (err)
+		return err;
+	if (h.kind != kind)
+		return -KVS_EKIND;
+	ns_span_id(t, h.ident.block_id, id);
+	header_set_id(obj, id);
+	return 0;
+}
+
+static void serve_put(struct kvs_server *srv, struct srv_req *req)
+{
+	uint32_t n = req->f.count;
+	const uint8_t **objs = malloc(n * sizeof(*objs));
+	size_t *lens = malloc(n * sizeof(*lens)),
+	       *idx = malloc(n * sizeof(*idx));
+	int *results = calloc(n, sizeof(*results)),
+	    *res2 = malloc(n * sizeof(int));
+	struct srv_reply *r = reply_new(req);
+	enum kvs_durability dur = req->f.flags;
+	uint64_t off = 0;
+	size_t m = 0;
+
+	if (!objs || !lens || !idx || !results || !res2 || !r) {
+		free(objs);
+		free(lens);
+		free(idx);
+		free(results);
+		free(res2);
+		finish(srv, req, r, false);
+		return;
+	}
+	if (dur < srv->opts.min_durability)
+		dur = srv->opts.min_durability;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t len = kvs_get32(req->f.body +
+					 (size_t)i * KVS_PROTO_ITEM_SIZE);
+		uint8_t *obj = req->payload + off;
+
+		off += len;
+		results[i] =
+			put_rekey(req->conn->tenant, obj, len, KVS_KIND_BLOCK);
+		if (results[i])
+			continue;
+		objs[m] = obj;
+		lens[m] = len;
+		idx[m++] = i;
+	}
+	if (m)
+		kvs_store_put_batch(srv->opts.store, objs, lens, m, dur, res2);
+	for (size_t k = 0; k < m; k++)
+		results[idx[k]] = res2[k];
+	frame_reply(r, req, 0, n, n * KVS_PROTO_ITEM_SIZE);
+	for (uint32_t i = 0; i < n; i++)
+		kvs_proto_item_encode(r->frame + KVS_PROTO_HEADER_SIZE +
+					      i * KVS_PROTO_ITEM_SIZE,
+				      (uint32_t)results[i]);
+	free(objs);
+	free(lens);
+	free(idx);
+	free(results);
+	free(res2);
+	finish(srv, req, r, true);
+}
+
+static void serve_stat(struct kvs_server *srv, struct srv_req *req)
+{
+	struct srv_reply *r = reply_new(req);
+	struct kvs_store_stats st;
+	uint64_t v[KVS_STAT_N];
+
+	if (!r) {
+		finish(srv, req, NULL, false);
+		return;
+	}
+	kvs_store_stats_get(srv->opts.store, &st);
+	v[KVS_STAT_DRAM_BLOCKS] = st.dram.blocks;
+	v[KVS_STAT_DRAM_BYTES] = st.dram.bytes;
+	v[KVS_STAT_DRAM_CAPACITY] = st.dram.capacity;
+	v[KVS_STAT_NVME_BLOCKS] = st.nvme.blocks;
+	v[KVS_STAT_NVME_BYTES] = st.nvme.bytes;
+	v[KVS_STAT_NVME_CAPACITY] = st.nvme.capacity;
+	v[KVS_STAT_HITS] = st.hits;
+	v[KVS_STAT_MISSES] = st.misses;
+	v[KVS_STAT_EVICTIONS] = st.evictions;
+	v[KVS_STAT_SPILLS] = st.spills;
+	v[KVS_STAT_CORRUPT_DROPPED] = st.corrupt_dropped;
+	v[KVS_STAT_TORN_DROPPED] = st.torn_dropped;
+	v[KVS_STAT_SEGMENTS] = st.segments;
+	v[KVS_STAT_NVME_FILE_BYTES] = st.nvme_file_bytes;
+	v[KVS_STAT_FLAGS] = (uint64_t)st.direct_io |
+			    (uint64_t)st.hugepages << 1 |
+			    (uint64_t)st.registered << 2;
+	tails_usage(srv->tails, &v[KVS_STAT_TAILS], &v[KVS_STAT_TAIL_BYTES]);
+	v[KVS_STAT_TAILS_EXPIRED] = M_GET(srv->m.tails_expired);
+	v[KVS_STAT_CONNECTIONS] = srv->n_conns;
+	v[KVS_STAT_UPTIME_S] = elapsed_ns(&srv->started) / 1000000000ull;
+	frame_reply(r, req, 0, KVS_STAT_N, KVS_STAT_N * 8);
+	for (unsigned i = 0; i < KVS_STAT_N; i++)
+		kvs_put64(r->frame + KVS_PROTO_HEADER_SIZE + i * 8, v[i]);
+	finish(srv, req, r, true);
+}
+
+/* The tail table key: the namespaced request id. */
+static void tail_key(const struct srv_req *req, uint8_t key[KVS_ID_SIZE])
+{
+	ns_span_id(req->conn->tenant, req->f.body, key);
+}
+
+static void serve_tail_put(struct kvs_server *srv, struct srv_req *req)
+{
+	uint32_t ttl = kvs_get32(req->f.body + KVS_PROTO_REQID_SIZE);
+	uint8_t key[KVS_ID_SIZE], *copy;
+	int err;
+
+	if (ttl == 0 ||
+	    ttl > (srv->opts.tail_max_ttl_ms ? srv->opts.tail_max_ttl_ms
+					     : 600000u))
+		err = -KVS_EPARAM;
+	else
+		err = kvs_object_verify(req->payload, req->payload_len, 0);
+	if (!err) {
+		struct kvs_header h;
+
+		kvs_header_decode(req->payload, req->payload_len, 0, &h);
+		err = h.kind == KVS_KIND_TAIL ? 0 : -KVS_EKIND;
+	}
+	copy = err ? NULL : malloc(req->payload_len);
+	if (!err && !copy)
+		err = -ENOMEM;
+	if (!err) {
+		memcpy(copy, req->payload, req->payload_len);
+		tail_key(req, key);
+		err = tails_put(srv->tails, key, copy, req->payload_len,
+				now_ns() + (uint64_t)ttl * 1000000ull);
+		if (err)
+			free(copy);
+	}
+	reply_error(srv, req, err, false);
+	req_done(req);
+}
+
+static void serve_tail_take(struct kvs_server *srv, struct srv_req *req)
+{
+	struct srv_reply *r = reply_new(req);
+	uint8_t key[KVS_ID_SIZE], *obj;
+	size_t len;
+	int err;
+
+	if (!r) {
+		finish(srv, req, NULL, false);
+		return;
+	}
+	tail_key(req, key);
+	err = tails_take(srv->tails, key, now_ns(), &obj, &len);
+	if (err) {
+		frame_reply(r, req, err, 0, 0);
+		finish(srv, req, r, true);
+		return;
+	}
+	M_ADD(srv->m.tails_taken, 1);
+	r->owned = obj;
+	r->iov = calloc(1, sizeof(*r->iov));
+	if (!r->iov) {
+		finish(srv, req, r, false);
+		return;
+	}
+	r->iov[0].buffer = obj;
+	r->iov[0].length = len;
+	r->iov_n = 1;
+	r->bytes = len;
+	frame_reply(r, req, 0, 1, 8);
+	kvs_proto_item_encode(r->frame + KVS_PROTO_HEADER_SIZE, (uint32_t)len);
+	finish(srv, req, r, true);
+}
+
+void serve(struct kvs_server *srv, struct srv_req *req)
+{
+	switch (req->f.opcode) {
+	case KVS_OP_HELLO:
+		serve_hello(srv, req);
+		break;
+	case KVS_OP_AUTH:
+		serve_auth(srv, req);
+		break;
+	case KVS_OP_LOOKUP:
+		serve_lookup(srv, req);
+		break;
+	case KVS_OP_EXISTS:
+		serve_exists(srv, req);
+		break;
+	case KVS_OP_GET:
+		serve_get(srv, req);
+		break;
+	case KVS_OP_PUT:
+		serve_put(srv, req);
+		break;
+	case KVS_OP_DELETE:
+		serve_delete(srv, req);
+		break;
+	case KVS_OP_STAT:
+		serve_stat(srv, req);
+		break;
+	case KVS_OP_TAIL_PUT:
+		serve_tail_put(srv, req);
+		break;
+	case KVS_OP_TAIL_TAKE:
+		serve_tail_take(srv, req);
+		break;
+	default: /* kvs_proto_request_check() let no other through */
+		reply_error(srv, req, -KVS_EOPCODE, true);
+		req_done(req);
+	}
+}
