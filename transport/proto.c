@@ -228,6 +228,21 @@ int kvs_proto_request_check(const struct kvs_proto_frame *f,
 	return -KVS_EOPCODE;
 }
 
+int kvs_proto_payload_check(const struct kvs_proto_frame *f,
+			    const uint8_t *payload, uint64_t payload_len)
+{
+	struct kvs_proto_key k;
+
+	if (f->opcode != KVS_OP_EXISTS && f->opcode != KVS_OP_GET &&
+	    f->opcode != KVS_OP_DELETE)
+		return 0;
+	for (uint64_t off = 0; off + KVS_PROTO_KEY_SIZE <= payload_len;
+	     off += KVS_PROTO_KEY_SIZE)
+		if (kvs_proto_key_decode(payload + off, &k))
+			return -KVS_EPROTO;
+	return 0;
+}
+
 int kvs_proto_reply_check(const struct kvs_proto_frame *f, unsigned opcode,
 			  uint32_t count, uint64_t payload_len)
 {

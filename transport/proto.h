@@ -140,6 +140,14 @@ int kvs_proto_request_check(const struct kvs_proto_frame *f,
 			    const struct kvs_proto_limits *lim);
 
 /*
+ * kvs_proto_payload_check - what can be checked only once the payload of
+ * a request that passed kvs_proto_request_check has landed (the reserved
+ * bytes of its keys): 0 or -KVS_EPROTO.
+ */
+int kvs_proto_payload_check(const struct kvs_proto_frame *f,
+			    const uint8_t *payload, uint64_t payload_len);
+
+/*
  * kvs_proto_reply_check - the same for a reply to a request of @opcode
  * and @count items: 0 or -KVS_EPROTO.  An error reply (status < 0, or
  * opcode KVS_OP_ERROR) passes with any body.

@@ -479,6 +479,13 @@ static void serve_ready(struct kvs_server *srv)
 			req_done(req);
 			continue;
 		}
+		if (kvs_proto_payload_check(&req->f, req->payload,
+					    req->payload_len)) {
+			M_ADD(srv->m.protocol_errors, 1);
+			reply_error(srv, req, -KVS_EPROTO, true);
+			req_done(req);
+			continue;
+		}
 		serve(srv, req);
 	}
 }
