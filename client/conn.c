@@ -266,7 +266,8 @@ static int place_tail(struct kvs_client_req *req,
 		if (!req->scratch)
 			return -ENOMEM;
 		req->riov[0].buffer = req->scratch;
-		req->status = -ENOSPC;
+		req->riov_n = 1;
+		return -ENOSPC; /* received all the same, into scratch */
 	} else {
 		req->riov[0].buffer = req->tail_buf;
 		req->verify = true;
@@ -346,9 +347,7 @@ ucs_status_t conn_on_reply(void *arg, const void *header, size_t header_len,
 		req->status = f.status;
 	} else {
 		req->status = take_reply(req, &f);
-		if (req->status == 0 && req->riov_n)
-			receive(req, data, len, param);
-		else if (req->status == -ENOSPC && req->riov_n)
+		if ((req->status == 0 || req->status == -ENOSPC) && req->riov_n)
 			receive(req, data, len, param);
 	}
 	maybe_finish(req);

@@ -31,7 +31,7 @@ static const char *const kvs_error_names[] = {
 	[KVS_EAUTH - KVS_ERROR_BASE] = "peer not authenticated",
 	[KVS_ECUDA - KVS_ERROR_BASE] = "CUDA error",
 	[KVS_ENODEV - KVS_ERROR_BASE] = "no device or backend unavailable",
-	[KVS_EOPCODE - KVS_ERROR_BASE] = "unknown request opcode",
+	[KVS_EOPCODE - KVS_ERROR_BASE] = "request opcode not supported",
 	[KVS_ETOOBIG - KVS_ERROR_BASE] =
 		"request or object over the size limit",
 	[KVS_EBATCH - KVS_ERROR_BASE] = "batch over the item limit",

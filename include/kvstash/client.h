@@ -145,7 +145,8 @@ int kvs_client_tail_put_async(struct kvs_client *c,
 			      struct kvs_client_req **req_out);
 
 /* Takes (and so deletes) the tail of @request_id into @buf: status 0 and
- * *@len, -KVS_ENOTFOUND (none, expired or taken), -ENOSPC (*@len needed). */
+ * *@len, -KVS_ENOTFOUND (none, expired or taken), -ENOSPC (*@len needed;
+ * the tail is taken all the same). */
 int kvs_client_tail_take_async(struct kvs_client *c,
 			       const uint8_t request_id[KVS_CLIENT_REQUEST_ID],
 			       void *buf, size_t cap, size_t *len,

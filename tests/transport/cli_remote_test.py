@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""The CLI's remote forms against a real kvstashd on loopback.
+
+cli_remote_test.py KVSTASH KVSTASHD SCRATCH
+
+`kvstash --server HOST:PORT --auth-key-file FILE put|get|exists|delete|
+stat` with the arguments and output of `kvstash store` where they
+overlap: put prints one id per block (--durable: once durable), get --out
+writes the bytes put and exits 3 on a miss, stat --json has store stat's
+fields with the daemon's counters, a refused authentication exits 1 with
+one line.  The daemon picks its port (127.0.0.1:0, --ready-file).
+"""
+import json
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+KVSTASH, KVSTASHD = sys.argv[1], sys.argv[2]
+ALICE = "alice 000102030405060708090a0b0c0d0e0f\n"
+WRONG = "alice 0f0e0d0c0b0a09080706050403020100\n"
+BOB = "bob 101112131415161718191a1b1c1d1e1f\n"
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def run(*args, expect=None):
+    p = subprocess.run([KVSTASH] + [str(a) for a in args],
+                       capture_output=True, text=True, timeout=60)
+    if expect is not None and p.returncode != expect:
+        raise Failure("kvstash %s: exit %d, expected %d\nstdout:\n%s\n"
+                      "stderr:\n%s" % (" ".join(map(str, args)),
+                                       p.returncode, expect, p.stdout,
+                                       p.stderr))
+    return p.returncode, p.stdout, p.stderr
+
+
+def pack(tmp, i, rng):
+    n = 32 * 32
+    names = []
+    for part in ("k", "v"):
+        name = os.path.join(tmp, "%s%d" % (part, i))
+        with open(name, "wb") as f:
+            f.write(struct.pack("<%df" % n,
+                                *[rng.gauss(0, 1) for _ in range(n)]))
+        names.append(name)
+    ids = os.path.join(tmp, "ids%d" % i)
+    with open(ids, "wb") as f:
+        f.write(struct.pack("<32I",
+                            *[rng.randrange(1 << 32) for _ in range(32)]))
+    out = os.path.join(tmp, "b%d.blk" % i)
+    run("block", "pack", "--kv-heads", 1, "--head-dim", 32, "--tokens", 32,
+        "--bits", 2, "--group", 32, "--meta", "fp16", "--dtype", "f32",
+        "--keys", names[0], "--values", names[1], "--token-ids", ids,
+        "--out", out, expect=0)
+    return out
+
+
+def start_daemon(tmp):
+    keys = os.path.join(tmp, "keys")
+    with open(keys, "w") as f:
+        f.write(ALICE + BOB)
+    ready = os.path.join(tmp, "ready")
+    if os.path.exists(ready):
+        os.unlink(ready)
+    log = open(os.path.join(tmp, "kvstashd.log"), "a")
+    p = subprocess.Popen([KVSTASHD, "--listen", "127.0.0.1:0", "--dir",
+                          os.path.join(tmp, "store"), "--auth-key-file", keys,
+                          "--dram-capacity", "16M", "--nvme-capacity", "64M",
+                          "--segment-size", "4M", "--ready-file", ready],
+                         stdout=log, stderr=log)
+    deadline = time.time() + 15
+    while not os.path.exists(ready):
+        check(p.poll() is None, "kvstashd exited at start")
+        check(time.time() < deadline, "kvstashd not ready")
+        time.sleep(0.02)
+    with open(ready) as f:
+        port = int(f.read().split()[0])
+    return p, "127.0.0.1:%d" % port
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="cli-remote-", dir=sys.argv[3])
+    daemon = None
+    try:
+        rng = random.Random(5)
+        blocks = [pack(tmp, i, rng) for i in range(3)]
+        key = os.path.join(tmp, "key-alice")
+        with open(key, "w") as f:
+            f.write(ALICE)
+        wrong = os.path.join(tmp, "key-wrong")
+        with open(wrong, "w") as f:
+            f.write(WRONG)
+        bob = os.path.join(tmp, "key-bob")
+        with open(bob, "w") as f:
+            f.write(BOB)
+        daemon, addr = start_daemon(tmp)
+        remote = ["--server", addr, "--auth-key-file", key]
+
+        # put prints one id per block, as `store put` does
+        _, out, _ = run(*remote, "put", *blocks, expect=0)
+        ids = out.split()
+        check(len(ids) == 3, "put printed %r" % out)
+        _, local, _ = run("store", "put", "--dir", os.path.join(tmp, "local"),
+                          *blocks, expect=0)
+        check(local.split() == ids, "remote ids %r, store ids %r"
+              % (ids, local.split()))
+        _, out, _ = run(*remote, "put", "--durable", blocks[0], expect=0)
+        check(out.split() == ids[:1], "put --durable printed %r" % out)
+
+        # get: the bytes put
+        for i, ident in enumerate(ids):
+            dst = os.path.join(tmp, "got%d" % i)
+            run(*remote, "get", ident, "--out", dst, expect=0)
+            with open(dst, "rb") as a, open(blocks[i], "rb") as b:
+                check(a.read() == b.read(), "get %d: bytes differ" % i)
+
+        # exists / delete / a miss: exit 3
+        _, out, _ = run(*remote, "exists", *ids, expect=0)
+        check(out.split().count("present") == 3, "exists: %r" % out)
+        run(*remote, "delete", ids[2], expect=0)
+        rc, out, err = run(*remote, "get", ids[2], "--out",
+                           os.path.join(tmp, "miss"), expect=3)
+        check("not found" in err and len(err.splitlines()) == 1,
+              "miss message: %r" % err)
+        check(not os.path.exists(os.path.join(tmp, "miss")),
+              "a miss wrote its output")
+        _, out, _ = run(*remote, "exists", ids[2], expect=3)
+        check("absent" in out, "exists after delete: %r" % out)
+        run(*remote, "delete", ids[2], expect=3)
+
+        # another tenant's namespace: a miss
+        run("--server", addr, "--auth-key-file", bob, "get", ids[0], "--out",
+            os.path.join(tmp, "bob"), expect=3)
+
+        # usage errors stay usage errors (2)
+        run(*remote, "get", "nothex", "--out", os.path.join(tmp, "x"),
+            expect=2)
+        run(*remote, "get", ids[0], expect=2)
+        run(*remote, "frobnicate", expect=2)
+
+        # stat --json: store stat's fields, the daemon's counters
+        _, out, _ = run(*remote, "stat", "--json", expect=0)
+        st = json.loads(out)
+        _, local, _ = run("store", "stat", "--dir", os.path.join(tmp, "local"),
+                          "--json", expect=0)
+        missing = set(json.loads(local)) - set(st)
+        check(not missing, "stat --json lacks %r" % missing)
+        check(st["counters_scope"] == "daemon", "scope %r"
+              % st["counters_scope"])
+        check(st["hits"] == 3 and st["misses"] >= 2,
+              "daemon counters: hits %d misses %d" % (st["hits"],
+                                                      st["misses"]))
+        check(st["dram"]["blocks"] == 2, "dram blocks %d"
+              % st["dram"]["blocks"])
+        run(*remote, "stat", expect=0)
+
+        # a refused authentication: exit 1, one line that says so
+        rc, out, err = run("--server", addr, "--auth-key-file", wrong,
+                           "stat", expect=1)
+        check(len(err.splitlines()) == 1 and "authentication refused" in err,
+              "refusal message: %r" % err)
+        # no server there: exit 1, one line
+        daemon.send_signal(signal.SIGTERM)
+        check(daemon.wait(timeout=15) == 0, "kvstashd exit status")
+        daemon = None
+        rc, out, err = run(*remote, "--timeout-ms", "2000", "stat", expect=1)
+        check(len(err.splitlines()) == 1, "no-server message: %r" % err)
+        print("cli remote: all checks passed")
+        return 0
+    except Failure as e:
+        print("FAIL: %s" % e)
+        return 1
+    finally:
+        if daemon is not None:
+            daemon.kill()
+            daemon.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
