@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -190,10 +191,17 @@ static void *progress_main(void *arg)
 			conn_check_deadlines(&cl->conn, now);
 			last_check = now;
 		}
+		/* requests in flight: busy-poll (yielding the core), as the
+		 * shared-memory transports raise no event for every step */
+		if (cl->conn.inflight && !cl->conn.closing) {
+			if (ucp_worker_progress(cl->ucx.worker) == 0)
+				sched_yield();
+			if (read(cl->wake_fd, &v, sizeof(v)) < 0)
+				v = 0;
+			continue;
+		}
 		if (kvs_ucx_wait(&cl->ucx, cl->wake_fd,
-				 cl->conn.inflight || cl->conn.closing
-					 ? 1
-					 : 100) == 1)
+				 cl->conn.closing ? 1 : 100) == 1)
 			(void)!read(cl->wake_fd, &v, sizeof(v));
 	}
 	return NULL;

@@ -14,6 +14,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -518,20 +519,39 @@ static bool busy(struct kvs_server *srv)
 int kvs_server_run(struct kvs_server *srv)
 {
 	struct timespec last = { 0 }, drain_start;
-	uint64_t v;
+	uint64_t v, last_work = now_ns(), spin_ns;
+	unsigned turns = 0;
 
+	spin_ns = (uint64_t)(srv->opts.spin_us ? srv->opts.spin_us : 50) * 1000;
 	while (!srv->stopping) {
-		if (kvs_ucx_wait(&srv->ucx, srv->stop_fd, 100) == 1 &&
-		    read(srv->stop_fd, &v, sizeof(v)) > 0)
-			srv->stopping = 1;
-		while (ucp_worker_progress(srv->ucx.worker))
-			;
+		unsigned progressed = 0, n;
+		bool served = srv->ready != NULL;
+
+		while ((n = ucp_worker_progress(srv->ucx.worker)))
+			progressed += n;
+		served |= srv->ready != NULL;
 		serve_ready(srv);
 		reap_connections(srv, false);
+		if (progressed || served)
+			last_work = now_ns();
 		if (elapsed_ns(&last) > 100000000ull) {
 			housekeeping(srv);
 			clock_gettime(CLOCK_MONOTONIC, &last);
 		}
+		/* busy for a while after work: some transports (shared memory
+		 * copies) raise no event for every step of a transfer, and a
+		 * wakeup costs more than the step */
+		if (now_ns() - last_work < spin_ns) {
+			if ((++turns & 1023) == 0 &&
+			    read(srv->stop_fd, &v, sizeof(v)) > 0)
+				srv->stopping = 1;
+			sched_yield();
+			continue;
+		}
+		if (kvs_ucx_wait(&srv->ucx, srv->stop_fd, 100) == 1 &&
+		    read(srv->stop_fd, &v, sizeof(v)) > 0)
+			srv->stopping = 1;
+		last_work = now_ns();
 	}
 	/* stop accepting; finish what is in flight, then close everyone */
 	kvs_log(KVS_LOG_INFO, "kvstashd: stopping: draining requests");

@@ -54,6 +54,13 @@ int kvs_ucx_init(struct kvs_ucx *u)
 	st = ucp_config_read(NULL, NULL, &config);
 	if (st != UCS_OK)
 		goto fail;
+	/* UCX 1.13 leaves the shared-memory transports out of endpoints with
+	 * peer error handling unless they are told to detect failed peers;
+	 * without this, two processes of one host talk over TCP loopback.
+	 * The environment still decides when it sets the variable; a UCX
+	 * without the option ignores the request. */
+	if (!getenv("UCX_MM_ERROR_HANDLING"))
+		(void)ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
 	st = ucp_init(&params, config, &u->context);
 	ucp_config_release(config);
 	if (st != UCS_OK)

@@ -47,6 +47,7 @@ struct kvs_server_opts {
 	uint64_t tail_capacity; /* bytes of residual tails (default 256 MiB) */
 	uint32_t tail_max_ttl_ms; /* (default 600000) */
 	enum kvs_durability min_durability; /* puts are raised to this */
+	uint32_t spin_us; /* busy-poll after work before sleeping (50) */
 	/* Called from the loop at least every 100 ms (log reopening). */
 	void (*tick)(void *arg);
 	void *tick_arg;
