@@ -126,6 +126,7 @@ static int open_at(const char *dir, const char *sub, uint64_t dram,
 
 	snprintf(path, sizeof(path), "%s/%s", dir, sub);
 	kvs_store_opts_default(&o);
+	kvs_cli_store_pinning(&o);
 	o.dram_capacity = dram;
 	o.nvme_capacity = nvme;
 	o.segment_size = 64ull << 20;

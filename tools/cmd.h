@@ -13,6 +13,9 @@ int kvs_cmd_demo(int argc, char **argv); /* cmd_demo.c */
 int kvs_cmd_store(int argc, char **argv); /* cmd_store.c */
 int kvs_bench_format(int argc, char **argv); /* bench_format.c */
 int kvs_bench_store(int argc, char **argv); /* bench_store.c */
+struct kvs_store_opts;
+/* Pins the store's DRAM arena for CUDA copies where a GPU is usable. */
+void kvs_cli_store_pinning(struct kvs_store_opts *o); /* cmd_store.c */
 /* `kvstash --server HOST:PORT ...` (argv[0] is the program) */
 int kvs_cmd_remote(int argc, char **argv); /* cmd_remote.c */
 int kvs_bench_transport(int argc, char **argv); /* bench_transport.c */

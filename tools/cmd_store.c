@@ -20,7 +20,11 @@
 
 #include "cli_util.h"
 #include "cmd.h"
+#include "kvs_config.h"
 #include "kvstash/store.h"
+#if KVS_HAVE_CUDA
+#include "kvstash/kernels.h"
+#endif
 
 #define PUT_CHUNK 32
 
@@ -62,6 +66,17 @@ static uint64_t fs_size(const char *dir)
 	return (uint64_t)vfs.f_blocks * vfs.f_frsize;
 }
 
+void kvs_cli_store_pinning(struct kvs_store_opts *o)
+{
+#if KVS_HAVE_CUDA
+	/* with a GPU, the DRAM arena is pinned for asynchronous copies */
+	if (kvs_cuda_available() == 0)
+		o->register_arena = kvs_cuda_register_arena;
+#else
+	(void)o;
+#endif
+}
+
 static int open_store(const char *cmd, const struct store_args *a, bool create,
 		      struct kvs_store **out)
 {
@@ -69,6 +84,7 @@ static int open_store(const char *cmd, const struct store_args *a, bool create,
 	int err;
 
 	kvs_store_opts_default(&o);
+	kvs_cli_store_pinning(&o);
 	o.dram_capacity = a->dram;
 	o.nvme_capacity = a->nvme ? a->nvme : fs_size(a->dir);
 	o.segment_size = a->segment;

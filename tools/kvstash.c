@@ -7,10 +7,6 @@
 
 #include "cmd.h"
 #include "kvs_config.h"
-#if KVS_HAVE_CUDA
-#include "kvstash/kernels.h"
-#include "kvstash/store.h"
-#endif
 
 struct command {
 	const char *name;
@@ -51,11 +47,6 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-#if KVS_HAVE_CUDA
-	/* With a GPU, the store's DRAM arena is pinned for async copies. */
-	if (kvs_cuda_available() == 0)
-		kvs_store_host_register_hook = kvs_cuda_host_register;
-#endif
 	if (argc < 2) {
 		usage(stderr);
 		return 2;
