@@ -694,7 +694,7 @@ int kvs_client_connect(const struct kvs_client_opts *opts,
 		err = -errno;
 		goto fail;
 	}
-	err = kvs_ucx_init(&c->ucx);
+	err = kvs_ucx_init(&c->ucx, c->opts.shared_memory);
 	if (err)
 		goto fail;
 	am.arg = &c->conn;

@@ -31,7 +31,7 @@ static const char bench_usage[] =
 	"usage: kvstash bench transport --server HOST:PORT --auth-key-file "
 	"FILE\n"
 	"                               [--seconds S] [--threads N] [--json]\n"
-	"                               [--window N]\n"
+	"                               [--window N] [--shared-memory]\n"
 	"                               [--only get|get-batch|put|put-batch|"
 	"lookup]\n"
 	"\n"
@@ -46,6 +46,7 @@ static const char bench_usage[] =
 
 struct bench {
 	const char *server, *key_file;
+	bool shared_memory;
 	double seconds;
 	unsigned window;
 	struct kvs_shape shape;
@@ -124,6 +125,7 @@ static int connect_client(const struct bench *b, struct kvs_client **out)
 	kvs_client_opts_default(&o);
 	o.address = b->server;
 	o.key_file = b->key_file;
+	o.shared_memory = b->shared_memory;
 	return kvs_client_connect(&o, out);
 }
 
@@ -348,6 +350,7 @@ int kvs_bench_transport(int argc, char **argv)
 		KVS_OPT_STR("only", &only, false),
 		KVS_OPT_U32("window", &b.window, 1, 64, false),
 		KVS_OPT_FLAG("json", &json),
+		KVS_OPT_FLAG("shared-memory", &b.shared_memory),
 	};
 	struct kvs_client *clients[64] = { NULL };
 	struct kvs_cli_json j;

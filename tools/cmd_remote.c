@@ -23,6 +23,7 @@
 static const char remote_usage[] =
 	"usage: kvstash --server HOST:PORT --auth-key-file FILE [--timeout-ms "
 	"N]\n"
+	"               [--shared-memory]\n"
 	"               put [--durable] BLOCK...\n"
 	"               get ID --out FILE\n"
 	"               exists ID...\n"
@@ -38,7 +39,7 @@ static const char remote_usage[] =
 struct remote_args {
 	const char *server, *key_file, *out;
 	uint32_t timeout_ms;
-	bool durable, json;
+	bool durable, json, shared_memory;
 };
 
 static int connect_to(const char *cmd, const struct remote_args *a,
@@ -50,6 +51,7 @@ static int connect_to(const char *cmd, const struct remote_args *a,
 	kvs_client_opts_default(&o);
 	o.address = a->server;
 	o.key_file = a->key_file;
+	o.shared_memory = a->shared_memory;
 	if (a->timeout_ms) {
 		o.timeout_ms = a->timeout_ms;
 		o.connect_timeout_ms = a->timeout_ms;
@@ -309,6 +311,7 @@ int kvs_cmd_remote(int argc, char **argv)
 		KVS_OPT_STR("out", &a.out, false),
 		KVS_OPT_FLAG("durable", &a.durable),
 		KVS_OPT_FLAG("json", &a.json),
+		KVS_OPT_FLAG("shared-memory", &a.shared_memory),
 	};
 	const char **pos = calloc((size_t)argc + 1, sizeof(*pos));
 	const char *sub;

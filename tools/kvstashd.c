@@ -42,21 +42,40 @@ static const char usage[] =
 	"                [--tail-capacity BYTES] [--tail-max-ttl-ms N]\n"
 	"                [--log-level error|warn|info|debug] [--log-file "
 	"FILE]\n"
-	"                [--ready-file FILE]\n"
+	"                [--ready-file FILE] [--shared-memory]\n"
 	"\n"
 	"Serves the store in DIR (created if missing) to kvstash clients.\n"
 	"Port 0 picks a free port; the line 'kvstashd: listening on ...' and\n"
 	"--ready-file (\"PORT METRICS_PORT\") tell which.  SIGTERM drains and\n"
-	"exits 0; SIGHUP reopens --log-file.\n";
+	"exits 0; SIGHUP reopens --log-file.  --shared-memory lets clients of\n"
+	"this host use UCX's shared-memory transports (faster; a client\n"
+	"killed while it sends can stall them: see docs/PROTOCOL.md).\n";
 
 struct daemon_args {
 	const char *listen, *dir, *key_file, *metrics, *config, *durability;
 	const char *namespaces, *log_level, *log_file, *ready_file;
 	uint64_t dram, nvme, segment, max_object, max_payload, tail_capacity;
 	uint32_t max_batch, max_inflight, max_conns, tail_ttl;
+	bool shared_memory;
 };
 
 static struct kvs_server *the_server;
+
+/* The store's DRAM arena, as its registration option hands it over:
+ * mapped with the server's UCX context once the server exists. */
+struct arena {
+	void *base;
+	size_t len;
+};
+
+static int note_arena(void *ctx, void *base, size_t len, bool unregister)
+{
+	struct arena *a = ctx;
+
+	a->base = unregister ? NULL : base;
+	a->len = unregister ? 0 : len;
+	return 0;
+}
 static volatile sig_atomic_t reopen_log;
 static const char *log_path;
 
@@ -109,6 +128,7 @@ static void opts_table(struct daemon_args *a, struct kvs_cli_opt *o)
 		KVS_OPT_STR("log-level", &a->log_level, false),
 		KVS_OPT_STR("log-file", &a->log_file, false),
 		KVS_OPT_STR("ready-file", &a->ready_file, false),
+		KVS_OPT_FLAG("shared-memory", &a->shared_memory),
 	};
 
 	memcpy(o, t, sizeof(t));
@@ -291,6 +311,7 @@ static int setup(struct daemon_args *a, struct kvs_server_opts *so,
 	so->tail_capacity = a->tail_capacity;
 	so->tail_max_ttl_ms = a->tail_ttl;
 	so->tick = tick;
+	so->shared_memory = a->shared_memory;
 	return 0;
 }
 
@@ -303,6 +324,7 @@ int main(int argc, char **argv)
 	struct kvs_store_opts sto;
 	struct kvs_store *store = NULL;
 	struct sigaction sa = { .sa_handler = on_signal };
+	struct arena arena = { 0 };
 	size_t n_tenants = 0;
 	int rc, err;
 
@@ -327,6 +349,8 @@ int main(int argc, char **argv)
 		sto.nvme_capacity = a.nvme;
 	sto.segment_size = a.segment;
 	sto.write_through = so.min_durability > KVS_DURABILITY_MEMORY;
+	sto.register_arena = note_arena;
+	sto.register_ctx = &arena;
 	err = kvs_store_open(a.dir, &sto, &store);
 	if (err) {
 		fprintf(stderr, "kvstashd: %s: %s\n", a.dir, kvs_strerror(err));
@@ -345,6 +369,8 @@ int main(int argc, char **argv)
 		kvs_store_close(store);
 		return KVS_EXIT_FAIL;
 	}
+	if (arena.base)
+		kvs_server_map_arena(the_server, arena.base, arena.len);
 	fprintf(stderr, "kvstashd: listening on %s (port %d)", a.listen,
 		kvs_server_port(the_server, 0));
 	if (a.metrics)

@@ -240,37 +240,52 @@ static void serve_delete(struct kvs_server *srv, struct srv_req *req)
 	finish(srv, req, r, true);
 }
 
-static void serve_get(struct kvs_server *srv, struct srv_req *req)
-{
-	uint32_t n = req->f.count, hits = 0;
-	struct kvs_store_key *keys = malloc(n * sizeof(*keys));
-	struct kvs_proto_key *wire = malloc(n * sizeof(*wire));
-	int *results = malloc(n * sizeof(*results));
-	struct srv_reply *r = reply_new(req);
-	uint8_t *body;
-	int err;
+/* A get or put whose store batch may finish later (kvs_store_*_async). */
+struct batch_ctx {
+	struct kvs_server *srv;
+	struct srv_req *req;
+	struct srv_reply *r;
+	uint32_t n;
+	struct kvs_store_key *keys;
+	struct kvs_proto_key *wire;
+	int *results; /* per request item */
+	/* puts */
+	const uint8_t **objs;
+	size_t *lens, *idx, m;
+	int *res2; /* per item handed to the store */
+	struct kvs_store_reservation **rs;
+};
 
-	if (!keys || !wire || !results || !r)
-		goto oom;
-	r->refs = calloc(n, sizeof(*r->refs));
-	r->iov = calloc(2 * (size_t)n, sizeof(*r->iov));
-	r->owned = malloc((size_t)n * KVS_HEADER_SIZE);
-	if (!r->refs || !r->iov || !r->owned)
-		goto oom;
-	for (uint32_t i = 0; i < n; i++)
-		req_key(req, i, &wire[i], &keys[i]);
-	err = kvs_store_get_batch(srv->opts.store, keys, n, r->refs, results);
-	if (err) {
-		free(keys);
-		free(wire);
-		free(results);
-		reply_error(srv, req, err, false);
-		r->n_refs = n;
+static void ctx_free(struct batch_ctx *x)
+{
+	free(x->keys);
+	free(x->wire);
+	free(x->results);
+	free(x->objs);
+	free(x->lens);
+	free(x->idx);
+	free(x->res2);
+	free(x->rs);
+	free(x);
+}
+
+static void get_done(void *arg, int status)
+{
+	struct batch_ctx *x = arg;
+	struct kvs_server *srv = x->srv;
+	struct srv_req *req = x->req;
+	struct srv_reply *r = x->r;
+	uint32_t n = x->n, hits = 0;
+	uint8_t *body;
+
+	r->n_refs = n;
+	if (status) {
 		reply_discard(r); /* and the refs taken */
+		reply_error(srv, req, status, false);
 		req_done(req);
+		ctx_free(x);
 		return;
 	}
-	r->n_refs = n;
 	frame_reply(r, req, 0, n, n * KVS_PROTO_ITEM_SIZE);
 	body = r->frame + KVS_PROTO_HEADER_SIZE;
 	for (uint32_t i = 0; i < n; i++) {
@@ -279,15 +294,15 @@ static void serve_get(struct kvs_server *srv, struct srv_req *req)
 		uint8_t *hdr = r->owned + (size_t)hits * KVS_HEADER_SIZE;
 		size_t len;
 
-		if (results[i]) {
-			kvs_put32(item, (uint32_t)results[i]);
+		if (x->results[i]) {
+			kvs_put32(item, (uint32_t)x->results[i]);
 			kvs_put32(item + 4, 0);
 			continue;
 		}
 		obj = kvs_store_ref_data(r->refs[i]);
 		len = kvs_store_ref_len(r->refs[i]);
 		memcpy(hdr, obj, KVS_HEADER_SIZE);
-		header_set_id(hdr, wire[i].span_id);
+		header_set_id(hdr, x->wire[i].span_id);
 		r->iov[r->iov_n].buffer = hdr;
 		r->iov[r->iov_n++].length = KVS_HEADER_SIZE;
 		r->iov[r->iov_n].buffer = (void *)(obj + KVS_HEADER_SIZE);
@@ -299,15 +314,41 @@ static void serve_get(struct kvs_server *srv, struct srv_req *req)
 	}
 	M_ADD(srv->m.get_hits, hits);
 	M_ADD(srv->m.get_misses, n - hits);
-	free(keys);
-	free(wire);
-	free(results);
 	finish(srv, req, r, true);
+	ctx_free(x);
+}
+
+static void serve_get(struct kvs_server *srv, struct srv_req *req)
+{
+	uint32_t n = req->f.count;
+	struct batch_ctx *x = calloc(1, sizeof(*x));
+	struct srv_reply *r = reply_new(req);
+	int rc;
+
+	if (!x || !r)
+		goto oom;
+	*x = (struct batch_ctx){ .srv = srv, .req = req, .r = r, .n = n };
+	x->keys = malloc(n * sizeof(*x->keys));
+	x->wire = malloc(n * sizeof(*x->wire));
+	x->results = malloc(n * sizeof(*x->results));
+	r->refs = calloc(n, sizeof(*r->refs));
+	r->iov = calloc(2 * (size_t)n, sizeof(*r->iov));
+	r->owned = malloc((size_t)n * KVS_HEADER_SIZE);
+	if (!x->keys || !x->wire || !x->results || !r->refs || !r->iov ||
+	    !r->owned)
+		goto oom;
+	for (uint32_t i = 0; i < n; i++)
+		req_key(req, i, &x->wire[i], &x->keys[i]);
+	/* objects in DRAM are served at once; NVMe reads go to the store's
+	 * I/O thread and the reply follows from the loop's kvs_store_poll */
+	rc = kvs_store_get_batch_async(srv->opts.store, x->keys, n, r->refs,
+				       x->results, get_done, x);
+	if (rc != 0)
+		get_done(x, rc < 0 ? rc : 0);
 	return;
 oom:
-	free(keys);
-	free(wire);
-	free(results);
+	if (x)
+		ctx_free(x);
 	finish(srv, req, r, false);
 }
 
@@ -329,59 +370,85 @@ static int put_rekey(const struct srv_tenant *t, uint8_t *obj, size_t len,
 	return 0;
 }
 
+static void put_done(void *arg, int status)
+{
+	struct batch_ctx *x = arg;
+	uint32_t n = x->n;
+
+	for (size_t k = 0; k < x->m; k++)
+		x->results[x->idx[k]] = x->res2[k] == 1 ? status : x->res2[k];
+	frame_reply(x->r, x->req, 0, n, n * KVS_PROTO_ITEM_SIZE);
+	for (uint32_t i = 0; i < n; i++)
+		kvs_proto_item_encode(x->r->frame + KVS_PROTO_HEADER_SIZE +
+					      i * KVS_PROTO_ITEM_SIZE,
+				      (uint32_t)x->results[i]);
+	finish(x->srv, x->req, x->r, true);
+	ctx_free(x);
+}
+
 static void serve_put(struct kvs_server *srv, struct srv_req *req)
 {
 	uint32_t n = req->f.count;
-	const uint8_t **objs = malloc(n * sizeof(*objs));
-	size_t *lens = malloc(n * sizeof(*lens)),
-	       *idx = malloc(n * sizeof(*idx));
-	int *results = calloc(n, sizeof(*results)),
-	    *res2 = malloc(n * sizeof(int));
+	struct batch_ctx *x = calloc(1, sizeof(*x));
 	struct srv_reply *r = reply_new(req);
 	enum kvs_durability dur = req->f.flags;
 	uint64_t off = 0;
-	size_t m = 0;
+	int rc;
 
-	if (!objs || !lens || !idx || !results || !res2 || !r) {
-		free(objs);
-		free(lens);
-		free(idx);
-		free(results);
-		free(res2);
-		finish(srv, req, r, false);
-		return;
-	}
+	if (!x || !r)
+		goto oom;
+	*x = (struct batch_ctx){ .srv = srv, .req = req, .r = r, .n = n };
+	x->objs = malloc(n * sizeof(*x->objs));
+	x->lens = malloc(n * sizeof(*x->lens));
+	x->idx = malloc(n * sizeof(*x->idx));
+	x->results = calloc(n, sizeof(*x->results));
+	x->res2 = malloc(n * sizeof(*x->res2));
+	x->rs = malloc(n * sizeof(*x->rs));
+	if (!x->objs || !x->lens || !x->idx || !x->results || !x->res2 ||
+	    !x->rs)
+		goto oom;
 	if (dur < srv->opts.min_durability)
 		dur = srv->opts.min_durability;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t len = kvs_get32(req->f.body +
 					 (size_t)i * KVS_PROTO_ITEM_SIZE);
-		uint8_t *obj = req->payload + off;
+		uint8_t *obj = req->resv ? req->dsts[i] : req->payload + off;
 
 		off += len;
-		results[i] =
+		x->results[i] =
 			put_rekey(req->conn->tenant, obj, len, KVS_KIND_BLOCK);
-		if (results[i])
+		if (x->results[i])
 			continue;
-		objs[m] = obj;
-		lens[m] = len;
-		idx[m++] = i;
+		if (req->resv) {
+			/* the reservation goes to the commit */
+			x->rs[x->m] = req->resv[i];
+			req->resv[i] = NULL;
+		}
+		x->objs[x->m] = obj;
+		x->lens[x->m] = len;
+		x->res2[x->m] = 1;
+		x->idx[x->m++] = i;
 	}
-	if (m)
-		kvs_store_put_batch(srv->opts.store, objs, lens, m, dur, res2);
-	for (size_t k = 0; k < m; k++)
-		results[idx[k]] = res2[k];
-	frame_reply(r, req, 0, n, n * KVS_PROTO_ITEM_SIZE);
-	for (uint32_t i = 0; i < n; i++)
-		kvs_proto_item_encode(r->frame + KVS_PROTO_HEADER_SIZE +
-					      i * KVS_PROTO_ITEM_SIZE,
-				      (uint32_t)results[i]);
-	free(objs);
-	free(lens);
-	free(idx);
-	free(results);
-	free(res2);
-	finish(srv, req, r, true);
+	if (!x->m) {
+		put_done(x, 0);
+		return;
+	}
+	/* memory durability is stored at once; writes go to the store's I/O
+	 * thread, the reply follows from the loop's kvs_store_poll */
+	if (req->resv)
+		rc = kvs_store_commit_batch_async(srv->opts.store, x->rs, x->m,
+						  dur, x->res2, put_done, x);
+	else
+		rc = kvs_store_put_batch_async(srv->opts.store, x->objs,
+					       x->lens, x->m, dur, x->res2,
+					       put_done, x);
+	if (rc != 0)
+		put_done(x, rc < 0 ? rc : 0);
+	return;
+oom:
+	if (x)
+		ctx_free(x);
+	finish(srv, req, r, false);
 }
 
 static void serve_stat(struct kvs_server *srv, struct srv_req *req)

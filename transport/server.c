@@ -22,11 +22,13 @@
 
 #include <openssl/rand.h>
 
+#include "common/bytes.h"
 #include "kvstash/error.h"
 #include "kvstash/log.h"
 #include "server_internal.h"
 
 #define DRAIN_NS (5ull * 1000 * 1000 * 1000)
+#define RECV_TIMEOUT_NS (10ull * 1000 * 1000 * 1000)
 
 uint64_t elapsed_ns(const struct timespec *start)
 {
@@ -140,8 +142,27 @@ static void ready_push(struct kvs_server *srv, struct srv_req *req)
 	srv->ready_tail = &req->next;
 }
 
+static void receiving_del(struct kvs_server *srv, struct srv_req *req)
+{
+	if (!req->receiving)
+		return;
+	if (req->rprev)
+		req->rprev->rnext = req->rnext;
+	else
+		srv->receiving = req->rnext;
+	if (req->rnext)
+		req->rnext->rprev = req->rprev;
+	req->receiving = false;
+}
+
 static void req_free(struct kvs_server *srv, struct srv_req *req)
 {
+	receiving_del(srv, req);
+	for (uint32_t i = 0; req->resv && i < req->f.count; i++)
+		kvs_store_release(srv->opts.store, req->resv[i]);
+	free(req->resv);
+	free(req->dsts);
+	free(req->riov);
 	if (req->am_data)
 		ucp_am_data_release(srv->ucx.worker, req->am_data);
 	else if (req->owned)
@@ -164,7 +185,9 @@ static void on_payload(void *request, ucs_status_t status, size_t length,
 	struct srv_req *req = user_data;
 	struct kvs_server *srv = req->conn->srv;
 
-	ucp_request_free(request);
+	if (request)
+		ucp_request_free(request);
+	receiving_del(srv, req);
 	if (status != UCS_OK || length != req->payload_len) {
 		/* a client that vanished mid-transfer: nothing was stored */
 		kvs_log(KVS_LOG_INFO,
@@ -340,20 +363,81 @@ static int intake_check(struct kvs_server *srv, struct srv_conn *c,
 	return 0;
 }
 
+/* Reserves a store slot for every object of a put, so its payload lands
+ * in place; 0, or an error after which nothing is reserved (the payload
+ * then goes to a buffer of its own). */
+static int reserve_put(struct kvs_server *srv, struct srv_req *req)
+{
+	uint32_t n = req->f.count;
+
+	req->resv = calloc(n, sizeof(*req->resv));
+	req->dsts = calloc(n, sizeof(*req->dsts));
+	req->riov = calloc(n, sizeof(*req->riov));
+	if (!req->resv || !req->dsts || !req->riov)
+		goto undo;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t len = kvs_get32(req->f.body +
+					 (size_t)i * KVS_PROTO_ITEM_SIZE);
+
+		if (kvs_store_reserve(srv->opts.store, len, &req->resv[i],
+				      &req->dsts[i]))
+			goto undo;
+		req->riov[i].buffer = req->dsts[i];
+		req->riov[i].length = len;
+	}
+	return 0;
+undo:
+	for (uint32_t i = 0; req->resv && i < n; i++)
+		kvs_store_release(srv->opts.store, req->resv[i]);
+	free(req->resv);
+	free(req->dsts);
+	free(req->riov);
+	req->resv = NULL;
+	req->dsts = NULL;
+	req->riov = NULL;
+	return -ENOSPC;
+}
+
+/* Starts the rendezvous receive of @req's payload into @buf (@count iov
+ * entries with @iov, else contiguous); tracked for its timeout. */
+static void receive_payload(struct kvs_server *srv, struct srv_req *req,
+			    void *data, void *buf, size_t count, bool iov)
+{
+	ucp_request_param_t rparam = {
+		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+				UCP_OP_ATTR_FIELD_USER_DATA,
+		.cb.recv_am = on_payload,
+		.user_data = req,
+	};
+	void *rreq;
+
+	if (iov) {
+		rparam.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+		rparam.datatype = ucp_dt_make_iov();
+	}
+	req->receiving = true;
+	req->recv_start_ns = now_ns();
+	req->rprev = NULL;
+	req->rnext = srv->receiving;
+	if (srv->receiving)
+		srv->receiving->rprev = req;
+	srv->receiving = req;
+	rreq = ucp_am_recv_data_nbx(srv->ucx.worker, data, buf, count, &rparam);
+	if (rreq == NULL)
+		on_payload(NULL, UCS_OK, req->payload_len, req);
+	else if (UCS_PTR_IS_ERR(rreq))
+		on_payload(NULL, UCS_PTR_STATUS(rreq), 0, req);
+}
+
 static ucs_status_t on_request(void *arg, const void *header, size_t header_len,
 			       void *data, size_t len,
 			       const ucp_am_recv_param_t *param)
 {
 	struct kvs_server *srv = arg;
-	ucp_request_param_t rparam = {
-		.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-				UCP_OP_ATTR_FIELD_USER_DATA,
-		.cb.recv_am = on_payload,
-	};
+	bool rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
 	struct kvs_proto_frame f;
 	struct srv_conn *c;
 	struct srv_req *req;
-	void *rreq;
 
 	if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP))
 		return UCS_OK; /* no way to answer */
@@ -381,6 +465,22 @@ static ucs_status_t on_request(void *arg, const void *header, size_t header_len,
 		ready_push(srv, req);
 		return UCS_OK;
 	}
+	/* a put lands in store slots reserved for it: no copy later */
+	if (f.opcode == KVS_OP_PUT && reserve_put(srv, req) == 0) {
+		if (rndv) {
+			receive_payload(srv, req, data, req->riov, f.count,
+					true);
+			return UCS_OK;
+		}
+		const uint8_t *p = data;
+
+		for (uint32_t i = 0; i < f.count; i++) {
+			memcpy(req->dsts[i], p, req->riov[i].length);
+			p += req->riov[i].length;
+		}
+		ready_push(srv, req);
+		return UCS_OK;
+	}
 	if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) {
 		req->am_data = data;
 		req->payload = data;
@@ -396,18 +496,12 @@ static ucs_status_t on_request(void *arg, const void *header, size_t header_len,
 		reply_error_to(srv, c, f.opcode, f.req_id, -ENOMEM, false);
 		return UCS_OK;
 	}
-	if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+	if (!rndv) {
 		memcpy(req->payload, data, len);
 		ready_push(srv, req);
 		return UCS_OK;
 	}
-	rparam.user_data = req;
-	rreq = ucp_am_recv_data_nbx(srv->ucx.worker, data, req->payload, len,
-				    &rparam);
-	if (rreq == NULL)
-		ready_push(srv, req);
-	else if (UCS_PTR_IS_ERR(rreq))
-		on_payload(NULL, UCS_PTR_STATUS(rreq), 0, req);
+	receive_payload(srv, req, data, req->payload, len, false);
 	return UCS_OK;
 }
 
@@ -493,8 +587,24 @@ static void serve_ready(struct kvs_server *srv)
 
 static void housekeeping(struct kvs_server *srv)
 {
-	uint64_t expired = tails_expire(srv->tails, now_ns());
+	uint64_t now = now_ns(), expired = tails_expire(srv->tails, now);
 	uint64_t n, bytes;
+
+	/* a payload that does not arrive in time: its sender is stuck; the
+	 * connection goes (which cancels the receive) well before the
+	 * store reclaims the slots reserved for it */
+	for (struct srv_req *r = srv->receiving; r; r = r->rnext)
+		if (now - r->recv_start_ns > RECV_TIMEOUT_NS &&
+		    !r->conn->dead) {
+			kvs_log(KVS_LOG_WARN,
+				"kvstashd: connection %llu: payload not "
+				"received in %llu s: closed",
+				(unsigned long long)r->conn->id,
+				(unsigned long long)(RECV_TIMEOUT_NS /
+						     1000000000ull));
+			r->conn->dead = true;
+			r->conn->close_requested = true;
+		}
 
 	if (expired) {
 		M_ADD(srv->m.tails_expired, expired);
@@ -526,9 +636,12 @@ int kvs_server_run(struct kvs_server *srv)
 	while (!srv->stopping) {
 		unsigned progressed = 0, n;
 		bool served = srv->ready != NULL;
+		int fds[2] = { srv->stop_fd, srv->store_fd };
 
 		while ((n = ucp_worker_progress(srv->ucx.worker)))
 			progressed += n;
+		/* store batches finished on its I/O thread: their replies */
+		progressed += kvs_store_poll(srv->opts.store);
 		served |= srv->ready != NULL;
 		serve_ready(srv);
 		reap_connections(srv, false);
@@ -548,7 +661,7 @@ int kvs_server_run(struct kvs_server *srv)
 			sched_yield();
 			continue;
 		}
-		if (kvs_ucx_wait(&srv->ucx, srv->stop_fd, 100) == 1 &&
+		if ((kvs_ucx_wait_fds(&srv->ucx, fds, 2, 100) & 1) &&
 		    read(srv->stop_fd, &v, sizeof(v)) > 0)
 			srv->stopping = 1;
 		last_work = now_ns();
@@ -561,9 +674,10 @@ int kvs_server_run(struct kvs_server *srv)
 	}
 	clock_gettime(CLOCK_MONOTONIC, &drain_start);
 	while (busy(srv) && elapsed_ns(&drain_start) < DRAIN_NS) {
-		kvs_ucx_wait(&srv->ucx, -1, 10);
+		kvs_ucx_wait(&srv->ucx, srv->store_fd, 1);
 		while (ucp_worker_progress(srv->ucx.worker))
 			;
+		kvs_store_poll(srv->opts.store);
 		serve_ready(srv);
 		reap_connections(srv, false);
 	}
@@ -672,7 +786,8 @@ int kvs_server_create(const struct kvs_server_opts *opts,
 		err = -errno;
 		goto fail;
 	}
-	err = kvs_ucx_init(&srv->ucx);
+	srv->store_fd = kvs_store_event_fd(opts->store);
+	err = kvs_ucx_init(&srv->ucx, opts->shared_memory);
 	if (err)
 		goto fail;
 	am.arg = srv;
@@ -709,6 +824,28 @@ fail:
 	return err;
 }
 
+int kvs_server_map_arena(struct kvs_server *srv, void *base, size_t len)
+{
+	ucp_mem_map_params_t p = {
+		.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+			      UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+		.address = base,
+		.length = len,
+	};
+	ucs_status_t st;
+
+	if (srv->arena_memh)
+		return -KVS_EPARAM;
+	st = ucp_mem_map(srv->ucx.context, &p, &srv->arena_memh);
+	if (st != UCS_OK) {
+		kvs_log(KVS_LOG_WARN, "kvstashd: arena not mapped: %s",
+			ucs_status_string(st));
+		srv->arena_memh = NULL;
+		return kvs_ucx_error(st);
+	}
+	return 0;
+}
+
 int kvs_server_port(const struct kvs_server *srv, int metrics)
 {
 	return metrics ? srv->metrics_port : srv->port;
@@ -723,6 +860,8 @@ void kvs_server_destroy(struct kvs_server *srv)
 	metrics_stop(srv);
 	if (srv->listener)
 		ucp_listener_destroy(srv->listener);
+	if (srv->arena_memh)
+		ucp_mem_unmap(srv->ucx.context, srv->arena_memh);
 	if (srv->ucx.worker) {
 		reap_connections(srv, true);
 		for (int i = 0; srv->conns && i < 100000; i++) {

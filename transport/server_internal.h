@@ -60,6 +60,14 @@ struct srv_req {
 	uint64_t payload_len;
 	void *am_data; /* UCX data held (released after serving) */
 	bool owned; /* payload malloc'd */
+	/* a put received straight into reserved store slots */
+	struct kvs_store_reservation **resv; /* NULL once committed */
+	uint8_t **dsts;
+	ucp_dt_iov_t *riov;
+	/* a rendezvous receive in flight (the server's receiving list) */
+	struct srv_req *rnext, *rprev;
+	bool receiving;
+	uint64_t recv_start_ns;
 	struct timespec start;
 };
 
@@ -112,6 +120,9 @@ struct kvs_server {
 	struct srv_conn *by_ep[SRV_HASH];
 	uint32_t n_conns;
 	struct srv_req *ready, **ready_tail;
+	struct srv_req *receiving; /* rendezvous receives in flight */
+	int store_fd; /* the store's completion event fd */
+	ucp_mem_h arena_memh; /* the store's DRAM arena, mapped */
 	struct tail_table *tails;
 	struct srv_metrics m;
 	struct timespec started;

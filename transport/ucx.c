@@ -36,7 +36,7 @@ int kvs_ucx_error(ucs_status_t status)
 	}
 }
 
-int kvs_ucx_init(struct kvs_ucx *u)
+int kvs_ucx_init(struct kvs_ucx *u, bool shared_memory)
 {
 	ucp_params_t params = {
 		.field_mask = UCP_PARAM_FIELD_FEATURES,
@@ -54,12 +54,8 @@ int kvs_ucx_init(struct kvs_ucx *u)
 	st = ucp_config_read(NULL, NULL, &config);
 	if (st != UCS_OK)
 		goto fail;
-	/* UCX 1.13 leaves the shared-memory transports out of endpoints with
-	 * peer error handling unless they are told to detect failed peers;
-	 * without this, two processes of one host talk over TCP loopback.
-	 * The environment still decides when it sets the variable; a UCX
-	 * without the option ignores the request. */
-	if (!getenv("UCX_MM_ERROR_HANDLING"))
+	/* (ucx.h); a UCX without the option ignores the request */
+	if (shared_memory && !getenv("UCX_MM_ERROR_HANDLING"))
 		(void)ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
 	st = ucp_init(&params, config, &u->context);
 	ucp_config_release(config);
@@ -93,20 +89,30 @@ void kvs_ucx_fini(struct kvs_ucx *u)
 	u->context = NULL;
 }
 
-int kvs_ucx_wait(struct kvs_ucx *u, int extra_fd, int timeout_ms)
+int kvs_ucx_wait_fds(struct kvs_ucx *u, const int *fds, int n, int timeout_ms)
 {
-	struct pollfd fds[2] = {
-		{ .fd = u->efd, .events = POLLIN },
-		{ .fd = extra_fd, .events = POLLIN },
-	};
+	struct pollfd p[5] = { { .fd = u->efd, .events = POLLIN } };
+	int mask = 0;
 
+	for (int i = 0; i < n && i < 4; i++)
+		p[i + 1] = (struct pollfd){ .fd = fds[i], .events = POLLIN };
 	while (ucp_worker_progress(u->worker))
 		;
 	if (ucp_worker_arm(u->worker) == UCS_ERR_BUSY)
 		return 0;
-	if (poll(fds, extra_fd >= 0 ? 2 : 1, timeout_ms) <= 0)
+	if (poll(p, (nfds_t)(n < 4 ? n : 4) + 1, timeout_ms) <= 0)
 		return 0;
-	return extra_fd >= 0 && (fds[1].revents & POLLIN);
+	for (int i = 0; i < n && i < 4; i++)
+		if (p[i + 1].revents & POLLIN)
+			mask |= 1 << i;
+	return mask;
+}
+
+int kvs_ucx_wait(struct kvs_ucx *u, int extra_fd, int timeout_ms)
+{
+	return kvs_ucx_wait_fds(u, &extra_fd, extra_fd >= 0 ? 1 : 0,
+				timeout_ms) &
+	       1;
 }
 
 ucs_status_t kvs_ucx_request_wait(ucp_worker_h worker, void *req)

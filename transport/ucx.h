@@ -22,9 +22,18 @@ struct kvs_ucx {
 	int efd; /* the worker's event fd */
 };
 
-/* Creates the context (active messages, wakeup) and a worker of one
- * thread.  0 or a negative error (logged). */
-int kvs_ucx_init(struct kvs_ucx *u);
+/*
+ * Creates the context (active messages, wakeup) and a worker of one
+ * thread.  With @shared_memory, the shared-memory transports are allowed
+ * on endpoints with peer error handling (UCX_MM_ERROR_HANDLING; UCX 1.13
+ * leaves them out otherwise, and two processes of one host then talk over
+ * TCP loopback).  Off by default: a peer killed while it writes into the
+ * receiver's shared-memory FIFO leaves a slot that is never completed, and
+ * the receiver's shared-memory receive stalls for every peer after it
+ * (seen with UCX 1.13).  The environment variable still decides when set.
+ * 0 or a negative error (logged).
+ */
+int kvs_ucx_init(struct kvs_ucx *u, bool shared_memory);
 /* NULL members are skipped; safe on a zeroed struct. */
 void kvs_ucx_fini(struct kvs_ucx *u);
 
@@ -34,6 +43,10 @@ void kvs_ucx_fini(struct kvs_ucx *u);
  * 1 when @extra_fd is readable, else 0.
  */
 int kvs_ucx_wait(struct kvs_ucx *u, int extra_fd, int timeout_ms);
+
+/* The same with several fds (@n at most 4): a bit mask of those that
+ * are readable (bit i for fds[i]). */
+int kvs_ucx_wait_fds(struct kvs_ucx *u, const int *fds, int n, int timeout_ms);
 
 /* A ucs_status_t as a kvstash error (once, at the module boundary). */
 int kvs_ucx_error(ucs_status_t status);

@@ -48,6 +48,10 @@ struct kvs_client_opts {
 				 "default"); the first line is used */
 	uint32_t connect_timeout_ms; /* connect + authenticate (5000) */
 	uint32_t timeout_ms; /* each request (10000) */
+	/* allow UCX's shared-memory transports to a server of this host
+	 * that allows them too (docs/PROTOCOL.md: a client killed while it
+	 * sends can stall the server's shared-memory receive) */
+	bool shared_memory;
 };
 
 void kvs_client_opts_default(struct kvs_client_opts *opts);

@@ -48,6 +48,9 @@ struct kvs_server_opts {
 	uint32_t tail_max_ttl_ms; /* (default 600000) */
 	enum kvs_durability min_durability; /* puts are raised to this */
 	uint32_t spin_us; /* busy-poll after work before sleeping (50) */
+	/* allow UCX's shared-memory transports for clients of this host
+	 * (transport/ucx.h says why it is off by default) */
+	bool shared_memory;
 	/* Called from the loop at least every 100 ms (log reopening). */
 	void (*tick)(void *arg);
 	void *tick_arg;
@@ -63,6 +66,15 @@ struct kvs_server;
  */
 int kvs_server_create(const struct kvs_server_opts *opts,
 		      struct kvs_server **out);
+
+/*
+ * kvs_server_map_arena - registers the store's DRAM arena (what
+ * kvs_store_opts.register_arena was given) with the server's UCX context
+ * (ucp_mem_map), so transfers into and out of the store's slots need no
+ * registration of their own on transports that want one.  0 or the UCX
+ * error (logged; the server works without).
+ */
+int kvs_server_map_arena(struct kvs_server *srv, void *base, size_t len);
 
 /* The port the listener (or, with @metrics, the metrics server) is
  * bound to. */

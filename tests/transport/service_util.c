@@ -256,6 +256,7 @@ struct kvs_client *client_of(const struct daemon *d, const char *tenant,
 	kvs_client_opts_default(&o);
 	o.address = d->addr;
 	o.key_file = key_path(d, tenant);
+	o.connect_timeout_ms = 30000;
 	if (timeout_ms)
 		o.timeout_ms = timeout_ms;
 	err = kvs_client_connect(&o, &c);
@@ -375,7 +376,7 @@ void raw_connect(struct raw_client *r, const struct daemon *d)
 	};
 
 	memset(r, 0, sizeof(*r));
-	assert_int_equal(kvs_ucx_init(&r->ucx), 0);
+	assert_int_equal(kvs_ucx_init(&r->ucx, false), 0);
 	assert_int_equal(ucp_worker_set_am_recv_handler(r->ucx.worker, &am),
 			 UCS_OK);
 	assert_int_equal(kvs_ucx_parse_addr(d->addr, &ss, &slen), 0);

@@ -161,6 +161,38 @@ static void test_round_trips(void **state)
 	daemon_cleanup(&d);
 }
 
+/* The shared-memory transports, allowed on both sides: the same bytes. */
+static void test_shared_memory(void **state)
+{
+	struct daemon d;
+	struct blocks b = { 0 };
+	struct kvs_client_opts o;
+	struct kvs_client *c;
+	const char *extra[] = { "--shared-memory", NULL };
+	int res[BATCH];
+
+	daemon_prepare(&d, "shm");
+	daemon_start(&d, extra);
+	kvs_client_opts_default(&o);
+	o.address = d.addr;
+	o.key_file = key_path(&d, "alice");
+	o.shared_memory = true;
+	assert_int_equal(kvs_client_connect(&o, &c), 0);
+	blocks_make(&b, 900, BATCH);
+	assert_int_equal(kvs_client_put(c, (const uint8_t *const *)b.obj, b.len,
+					BATCH, KVS_DURABILITY_WRITTEN, res),
+			 0);
+	get_check(c, &b, BATCH);
+	kvs_client_close(c);
+	/* a client without it still reaches the same daemon */
+	c = client_of(&d, "carol", 0);
+	get_check(c, &b, BATCH);
+	kvs_client_close(c);
+	assert_int_equal(daemon_stop(&d, SIGTERM, 10000), 0);
+	blocks_free(&b);
+	daemon_cleanup(&d);
+}
+
 /* Asynchronous forms: callbacks and handles, many in flight. */
 static int cb_count;
 static int cb_status;
@@ -708,6 +740,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_round_trips, daemons_reap),
 		cmocka_unit_test_teardown(test_async, daemons_reap),
+		cmocka_unit_test_teardown(test_shared_memory, daemons_reap),
 		cmocka_unit_test_teardown(test_auth, daemons_reap),
 		cmocka_unit_test_teardown(test_namespaces, daemons_reap),
 		cmocka_unit_test_teardown(test_malformed, daemons_reap),

@@ -105,7 +105,13 @@ static void test_client_killed(void **state)
 		}
 		waitpid(child, NULL, 0);
 		/* the daemon goes on; each block all there or not at all */
-		c = client_of(&d, "alice", 0);
+		{
+			uint64_t t0 = ms_now();
+
+			c = client_of(&d, "alice", 0);
+			print_message("connected after %llu ms\n",
+				      (unsigned long long)(ms_now() - t0));
+		}
 		print_message("killed after %d us: %d of %d blocks stored\n",
 			      round * 700, check_all_or_nothing(c, &s), N_BIG);
 		kvs_client_close(c);
