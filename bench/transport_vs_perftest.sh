@@ -3,18 +3,17 @@
 #
 #   sh bench/transport_vs_perftest.sh [BUILD_DIR] [RUNS] [SECONDS]
 #
-# Starts a kvstashd from BUILD_DIR (default build-ci) on 127.0.0.1 with a
-# scratch store, then RUNS times (default 3), alternating:
+# For each transport -- TCP loopback (kvstashd's default) and shared memory
+# (kvstashd --shared-memory) -- starts a kvstashd from BUILD_DIR (default
+# build-ci) on 127.0.0.1 with a scratch store, then RUNS times (default
+# 3), alternating:
 #   kvstash bench transport --json   (get/put of 96 KiB blocks and of
 #                                     3 MiB batches, lookup latency; 1 and
 #                                     8 threads)
 #   ucx_perftest -t ucp_am_bw -e     (the same transport: active messages
-#                                     over the shared-memory transport with
-#                                     peer error handling, as kvstash's
-#                                     endpoints use; the block size and the
-#                                     batch size as message sizes)
-#   ucx_perftest -t ucp_am_bw        (without error handling, so with CMA
-#                                     zero copy: for reference only)
+#                                     with peer error handling, as
+#                                     kvstash's endpoints; the block size and
+#                                     the batch size as message sizes)
 # and prints the medians and kvstash's GB/s as a ratio of ucx_perftest's.
 # ucx_perftest's MB/s are MiB/s (converted to GB/s here).
 set -eu
@@ -33,40 +32,34 @@ command -v ucx_perftest >/dev/null ||
 tmp=$(mktemp -d)
 daemon=""
 cleanup() {
-	[ -n "$daemon" ] && kill "$daemon" 2>/dev/null && wait "$daemon" || true
+	if [ -n "$daemon" ]; then
+		kill "$daemon" 2>/dev/null || true
+		wait "$daemon" 2>/dev/null || true
+	fi
 	rm -rf "$tmp"
 }
 trap cleanup EXIT INT TERM
 
 echo "alice $(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')" >"$tmp/keys"
-"$kvstashd" --listen 127.0.0.1:0 --dir "$tmp/store" --auth-key-file "$tmp/keys" \
-	--dram-capacity 512M --nvme-capacity 1G --ready-file "$tmp/ready" \
-	--log-level warn 2>"$tmp/kvstashd.log" &
-daemon=$!
-i=0
-while [ ! -s "$tmp/ready" ]; do
-	i=$((i + 1))
-	[ $i -lt 500 ] || { echo "kvstashd did not start" >&2; cat "$tmp/kvstashd.log" >&2; exit 1; }
-	sleep 0.02
-done
-port=$(cut -d' ' -f1 "$tmp/ready")
 
 free_port() {
 	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-# perftest SIZE ITERS [-e]: one ucx_perftest pair; prints MiB/s overall.
+# perftest MODE SIZE ITERS: one ucx_perftest pair with peer error
+# handling (-e), as kvstash's endpoints; MODE shm allows the shared-memory
+# transports as kvstash's --shared-memory does.  Prints MiB/s overall.
 perftest() {
 	p=$(free_port)
-	if [ "${3:-}" = "-e" ]; then
+	if [ "$1" = shm ]; then
 		export UCX_MM_ERROR_HANDLING=y
 	else
 		unset UCX_MM_ERROR_HANDLING
 	fi
-	ucx_perftest -p "$p" ${3:-} >/dev/null 2>&1 &
+	ucx_perftest -p "$p" -e >/dev/null 2>&1 &
 	srv=$!
 	sleep 0.3
-	ucx_perftest 127.0.0.1 -p "$p" ${3:-} -t ucp_am_bw -s "$1" -n "$2" \
+	ucx_perftest 127.0.0.1 -p "$p" -e -t ucp_am_bw -s "$2" -n "$3" \
 		-w 100 2>/dev/null | awk '/^Final:/ { print $6 }'
 	wait "$srv" 2>/dev/null || true
 	unset UCX_MM_ERROR_HANDLING
@@ -74,52 +67,68 @@ perftest() {
 
 block=98816
 batch=$((block * 32))
-for r in $(seq 1 "$runs"); do
-	"$kvstash" bench transport --server "127.0.0.1:$port" \
-		--auth-key-file "$tmp/keys" --seconds "$seconds" --json \
-		>"$tmp/kvstash.$r.json"
-	echo "$(perftest $block 20000 -e) $(perftest $batch 600 -e)" \
-		"$(perftest $block 20000) $(perftest $batch 600)" \
-		>"$tmp/perftest.$r"
+for mode in tcp shm; do
+	flag=""
+	[ "$mode" = shm ] && flag="--shared-memory"
+	rm -rf "$tmp/store" "$tmp/ready"
+	"$kvstashd" --listen 127.0.0.1:0 --dir "$tmp/store" \
+		--auth-key-file "$tmp/keys" --dram-capacity 512M \
+		--nvme-capacity 1G --ready-file "$tmp/ready" --log-level warn \
+		$flag 2>"$tmp/kvstashd.log" &
+	daemon=$!
+	i=0
+	while [ ! -s "$tmp/ready" ]; do
+		i=$((i + 1))
+		[ $i -lt 500 ] || { echo "kvstashd did not start" >&2; cat "$tmp/kvstashd.log" >&2; exit 1; }
+		sleep 0.02
+	done
+	port=$(cut -d' ' -f1 "$tmp/ready")
+	for r in $(seq 1 "$runs"); do
+		"$kvstash" bench transport --server "127.0.0.1:$port" \
+			--auth-key-file "$tmp/keys" --seconds "$seconds" --json \
+			$flag >"$tmp/kvstash.$mode.$r.json"
+		echo "$(perftest $mode $block 20000) $(perftest $mode $batch 600)" \
+			>"$tmp/perftest.$mode.$r"
+	done
+	kill "$daemon"
+	wait "$daemon" || true
+	daemon=""
 done
 
-python3 - "$tmp" "$runs" <<'EOF'
+python3 - "$tmp" "$runs" <<'EOF2'
 import json, os, statistics, sys
 
 tmp, runs = sys.argv[1], int(sys.argv[2])
-ours = {}
-pt = {"eh_block": [], "eh_batch": [], "cma_block": [], "cma_batch": []}
-for r in range(1, runs + 1):
-    with open(os.path.join(tmp, "kvstash.%d.json" % r)) as f:
-        for res in json.load(f)["results"]:
-            key = (res["phase"], res["threads"])
-            ours.setdefault(key, []).append(res)
-    with open(os.path.join(tmp, "perftest.%d" % r)) as f:
-        vals = [float(v) * 1048576 / 1e9 for v in f.read().split()]
-    for k, v in zip(("eh_block", "eh_batch", "cma_block", "cma_batch"), vals):
-        pt[k].append(v)
-
-med = {k: statistics.median(v) for k, v in pt.items() if v}
-print("ucx_perftest ucp_am_bw (median of %d): 96 KiB %.2f GB/s, 3 MiB "
-      "%.2f GB/s with peer error handling (sysv, kvstash's transport); "
-      "%.2f / %.2f GB/s without (sysv + CMA)" %
-      (runs, med["eh_block"], med["eh_batch"], med["cma_block"],
-       med["cma_batch"]))
-print("%-18s %7s %10s %10s %12s" % ("kvstash", "threads", "GB/s",
-                                   "ratio", "ratio (CMA)"))
-for (phase, threads), rs in sorted(ours.items(), key=lambda x: (x[0][1],
-                                                                x[0][0])):
-    if phase.startswith("lookup"):
-        print("%-18s %7d   p50 %7.1f us  p99 %7.1f us" %
-              (phase, threads, statistics.median(r["p50_us"] for r in rs),
-               statistics.median(r["p99_us"] for r in rs)))
-        continue
-    gbps = statistics.median(r["gbps"] for r in rs)
-    ref = "block" if "96" in phase else "batch"
-    print("%-18s %7d %10.2f %9.0f%% %11.0f%%" %
-          (phase, threads, gbps, 100 * gbps / med["eh_" + ref],
-           100 * gbps / med["cma_" + ref]))
-errors = sum(r["errors"] for rs in ours.values() for r in rs)
+errors = 0
+for mode, what in (("tcp", "TCP loopback (the default)"),
+                   ("shm", "shared memory (--shared-memory)")):
+    ours, pt = {}, {"block": [], "batch": []}
+    for r in range(1, runs + 1):
+        with open(os.path.join(tmp, "kvstash.%s.%d.json" % (mode, r))) as f:
+            for res in json.load(f)["results"]:
+                ours.setdefault((res["phase"], res["threads"]), []).append(res)
+        with open(os.path.join(tmp, "perftest.%s.%d" % (mode, r))) as f:
+            vals = [float(v) * 1048576 / 1e9 for v in f.read().split()]
+        for k, v in zip(("block", "batch"), vals):
+            pt[k].append(v)
+    med = {k: statistics.median(v) for k, v in pt.items() if v}
+    print("%s: ucx_perftest -t ucp_am_bw -e (median of %d): 96 KiB "
+          "%.2f GB/s, 3 MiB %.2f GB/s" % (what, runs, med.get("block", 0),
+                                         med.get("batch", 0)))
+    print("  %-18s %7s %10s %10s" % ("kvstash", "threads", "GB/s", "ratio"))
+    for (phase, threads), rs in sorted(ours.items(),
+                                       key=lambda x: (x[0][1], x[0][0])):
+        errors += sum(r["errors"] for r in rs)
+        if phase.startswith("lookup"):
+            print("  %-18s %7d   p50 %.1f us, p99 %.1f us" %
+                  (phase, threads,
+                   statistics.median(r["p50_us"] for r in rs),
+                   statistics.median(r["p99_us"] for r in rs)))
+            continue
+        gbps = statistics.median(r["gbps"] for r in rs)
+        ref = med.get("block" if "96" in phase else "batch")
+        print("  %-18s %7d %10.2f %9.0f%%" %
+              (phase, threads, gbps, 100 * gbps / ref if ref else 0))
 print("errors: %d" % errors)
 sys.exit(1 if errors else 0)
-EOF
+EOF2

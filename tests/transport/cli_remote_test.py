@@ -91,6 +91,70 @@ def start_daemon(tmp):
     return p, "127.0.0.1:%d" % port
 
 
+def config_and_signals(tmp, key):
+    """kvstashd from a config file (a flag on the command line wins);
+    SIGHUP reopens the log file; SIGTERM exits 0."""
+    keys = os.path.join(tmp, "keys")
+    ready = os.path.join(tmp, "ready-conf")
+    log = os.path.join(tmp, "conf.log")
+    conf = os.path.join(tmp, "kvstashd.conf")
+    with open(conf, "w") as f:
+        f.write("# kvstashd test configuration\n"
+                "listen = 127.0.0.1:0\n"
+                "dir = %s\n"
+                "auth-key-file = %s\n"
+                "dram-capacity = 8M   # small\n"
+                "nvme-capacity = 32M\n"
+                "segment-size = 1M\n"
+                "log-level = warn\n"
+                "log-file = %s\n"
+                "ready-file = %s\n" % (os.path.join(tmp, "store-conf"),
+                                        keys, log, ready))
+    p = subprocess.Popen([KVSTASHD, "--config", conf, "--log-level", "info"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 15
+        while not os.path.exists(ready):
+            check(p.poll() is None, "kvstashd --config exited: %r"
+                  % p.stderr.read())
+            check(time.time() < deadline, "kvstashd --config not ready")
+            time.sleep(0.02)
+        with open(ready) as f:
+            addr = "127.0.0.1:%s" % f.read().split()[0]
+        _, out, _ = run("--server", addr, "--auth-key-file", key, "stat",
+                        "--json", expect=0)
+        check(json.loads(out)["dram"]["capacity"] == 8 << 20,
+              "config's dram-capacity not applied")
+        with open(log) as f:
+            text = f.read()
+        check("kvstashd: listening on" in text, "log file: %r" % text)
+        check("authenticated" in text,
+              "--log-level info on the command line did not win")
+        os.rename(log, log + ".1")
+        p.send_signal(signal.SIGHUP)
+        deadline = time.time() + 5
+        while not os.path.exists(log):
+            check(time.time() < deadline, "SIGHUP did not reopen the log")
+            time.sleep(0.02)
+        p.send_signal(signal.SIGTERM)
+        check(p.wait(timeout=15) == 0, "SIGTERM exit status")
+        with open(log) as f:
+            text = f.read()
+        check("log reopened" in text and "kvstashd: stopped" in text,
+              "reopened log: %r" % text)
+        # a bad config line: a usage error, one line
+        with open(conf, "a") as f:
+            f.write("no equals sign here\n")
+        q = subprocess.run([KVSTASHD, "--config", conf],
+                           capture_output=True, text=True, timeout=30)
+        check(q.returncode == 2 and "expected 'name = value'" in q.stderr,
+              "bad config: %d %r" % (q.returncode, q.stderr))
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="cli-remote-", dir=sys.argv[3])
     daemon = None
@@ -178,6 +242,7 @@ def main():
         daemon = None
         rc, out, err = run(*remote, "--timeout-ms", "2000", "stat", expect=1)
         check(len(err.splitlines()) == 1, "no-server message: %r" % err)
+        config_and_signals(tmp, key)
         print("cli remote: all checks passed")
         return 0
     except Failure as e:
