@@ -114,15 +114,14 @@ void req_complete(struct kvs_client_req *req)
 	pthread_mutex_unlock(&cl->lock);
 }
 
+static void drive_until_done(struct kvs_client *cl, struct kvs_client_req *req);
+
 int kvs_client_wait(struct kvs_client_req *req)
 {
 	struct kvs_client *cl = req->cl;
 	int status;
 
-	pthread_mutex_lock(&cl->lock);
-	while (!req->done)
-		pthread_cond_wait(&cl->cond, &cl->lock);
-	pthread_mutex_unlock(&cl->lock);
+	drive_until_done(cl, req);
 	verify(req);
 	status = req->status;
 	req_free(req);
@@ -158,23 +157,45 @@ static void drain_queue(struct kvs_client *cl)
 	}
 }
 
+/* One turn of progress; client->progress held.  True if anything moved. */
+static bool progress_turn(struct kvs_client *cl)
+{
+	unsigned n = 0, k;
+	uint64_t now;
+
+	drain_queue(cl);
+	while ((k = ucp_worker_progress(cl->ucx.worker)))
+		n += k;
+	conn_progress_close(&cl->conn);
+	now = client_now_ns();
+	if (now - cl->last_check > 1000000ull) {
+		conn_check_deadlines(&cl->conn, now);
+		cl->last_check = now;
+	}
+	return n > 0;
+}
+
 static void *progress_main(void *arg)
 {
 	struct kvs_client *cl = arg;
-	uint64_t last_check = 0, close_since = 0, v;
+	uint64_t close_since = 0, v;
 
 	for (;;) {
-		uint64_t now;
-		bool stop;
+		struct pollfd fds[2] = {
+			{ .fd = cl->ucx.efd, .events = POLLIN },
+			{ .fd = cl->wake_fd, .events = POLLIN },
+		};
+		bool stop, busy, armed = false, done = false;
 
 		pthread_mutex_lock(&cl->lock);
 		stop = cl->stopping;
 		pthread_mutex_unlock(&cl->lock);
-		drain_queue(cl);
+		pthread_mutex_lock(&cl->progress);
+		progress_turn(cl);
 		if (stop && !cl->conn.broken)
 			conn_close(&cl->conn);
 		if (stop && cl->waiting == NULL && conn_idle(&cl->conn))
-			break;
+			done = true;
 		if (stop && !close_since)
 			close_since = client_now_ns();
 		/* a close the peer never answers: the worker's destruction
@@ -182,29 +203,61 @@ static void *progress_main(void *arg)
 		if (stop && conn_inflight_only_close(&cl->conn) &&
 		    client_now_ns() - close_since >
 			    (uint64_t)cl->opts.connect_timeout_ms * 1000000ull)
+			done = true;
+		busy = cl->conn.inflight || cl->conn.closing;
+		if (!busy && !done)
+			armed = ucp_worker_arm(cl->ucx.worker) == UCS_OK;
+		pthread_mutex_unlock(&cl->progress);
+		if (done)
 			break;
-		while (ucp_worker_progress(cl->ucx.worker))
-			;
-		conn_progress_close(&cl->conn);
-		now = client_now_ns();
-		if (now - last_check > 1000000ull) {
-			conn_check_deadlines(&cl->conn, now);
-			last_check = now;
-		}
-		/* requests in flight: busy-poll (yielding the core), as the
-		 * shared-memory transports raise no event for every step */
-		if (cl->conn.inflight && !cl->conn.closing) {
-			if (ucp_worker_progress(cl->ucx.worker) == 0)
+		if (busy) {
+			/* requests in flight: busy-poll, yielding the core --
+			 * unless callers wait for them and drive UCX themselves
+			 * (deadlines still checked here, every millisecond) */
+			if (__atomic_load_n(&cl->waiters, __ATOMIC_RELAXED))
+				poll(&fds[1], 1, 1);
+			else
 				sched_yield();
-			if (read(cl->wake_fd, &v, sizeof(v)) < 0)
-				v = 0;
-			continue;
+		} else if (armed) {
+			poll(fds, 2, 100);
 		}
-		if (kvs_ucx_wait(&cl->ucx, cl->wake_fd,
-				 cl->conn.closing ? 1 : 100) == 1)
-			(void)!read(cl->wake_fd, &v, sizeof(v));
+		if (read(cl->wake_fd, &v, sizeof(v)) < 0)
+			v = 0;
 	}
 	return NULL;
+}
+
+/* Drives UCX (or lets another thread do it) until @req is done. */
+static void drive_until_done(struct kvs_client *cl, struct kvs_client_req *req)
+{
+	__atomic_fetch_add(&cl->waiters, 1, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&cl->lock);
+	while (!req->done) {
+		struct timespec until;
+		bool moved;
+
+		pthread_mutex_unlock(&cl->lock);
+		if (pthread_mutex_trylock(&cl->progress) == 0) {
+			moved = progress_turn(cl);
+			pthread_mutex_unlock(&cl->progress);
+			if (!moved)
+				sched_yield();
+			pthread_mutex_lock(&cl->lock);
+			continue;
+		}
+		/* another thread drives: it wakes us when ours completes */
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += 1000000;
+		if (until.tv_nsec >= 1000000000) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000;
+		}
+		pthread_mutex_lock(&cl->lock);
+		if (!req->done)
+			pthread_cond_timedwait(&cl->cond, &cl->lock, &until);
+	}
+	pthread_mutex_unlock(&cl->lock);
+	__atomic_fetch_sub(&cl->waiters, 1, __ATOMIC_RELAXED);
 }
 
 /* Queues @req (frame and payload built) and wakes the thread. */
@@ -563,10 +616,7 @@ int kvs_client_stat(struct kvs_client *c, struct kvs_client_stat *out)
 	err = submit(c, req, c->opts.timeout_ms, NULL, NULL, &req);
 	if (err)
 		return err;
-	pthread_mutex_lock(&c->lock);
-	while (!req->done)
-		pthread_cond_wait(&c->cond, &c->lock);
-	pthread_mutex_unlock(&c->lock);
+	drive_until_done(c, req);
 	err = req->status;
 	if (!err && req->stat_n < KVS_STAT_N)
 		err = -KVS_EPROTO;
@@ -619,10 +669,7 @@ static int authenticate(struct kvs_client *c)
 	err = submit(c, req, c->opts.connect_timeout_ms, NULL, NULL, &req);
 	if (err)
 		return err;
-	pthread_mutex_lock(&c->lock);
-	while (!req->done)
-		pthread_cond_wait(&c->cond, &c->lock);
-	pthread_mutex_unlock(&c->lock);
+	drive_until_done(c, req);
 	err = req->status;
 	b = req->hello;
 	memcpy(nonce, b, sizeof(nonce));
@@ -677,6 +724,7 @@ int kvs_client_connect(const struct kvs_client_opts *opts,
 	c->conn.limits.max_inflight = 2;
 	c->conn.limits.max_batch = 1;
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->progress, NULL);
 	pthread_cond_init(&c->cond, NULL);
 	c->address = strdup(opts->address);
 	if (!c->address) {
@@ -694,7 +742,7 @@ int kvs_client_connect(const struct kvs_client_opts *opts,
 		err = -errno;
 		goto fail;
 	}
-	err = kvs_ucx_init(&c->ucx, c->opts.shared_memory);
+	err = kvs_ucx_init(&c->ucx, c->opts.shared_memory, true);
 	if (err)
 		goto fail;
 	am.arg = &c->conn;
@@ -761,6 +809,7 @@ void kvs_client_close(struct kvs_client *c)
 	if (c->wake_fd >= 0)
 		close(c->wake_fd);
 	pthread_cond_destroy(&c->cond);
+	pthread_mutex_destroy(&c->progress);
 	pthread_mutex_destroy(&c->lock);
 	free(c->address);
 	free(c);

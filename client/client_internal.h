@@ -8,8 +8,11 @@
  *             queue, handles, synchronous forms
  *   device.c  kvs_client_get_to_device (CUDA builds)
  *
- * Only the progress thread touches UCX.  Other threads reach it through
- * the submission queue (under client->lock) and the wake eventfd.
+ * UCX is driven by whoever holds client->progress: a thread waiting for
+ * its own request (so a synchronous call costs no hop between threads),
+ * else the progress thread (callbacks, and anything nobody waits for).
+ * Requests reach it through the submission queue (under client->lock)
+ * and the wake eventfd.
  */
 #ifndef KVS_CLIENT_INTERNAL_H
 #define KVS_CLIENT_INTERNAL_H
@@ -93,6 +96,11 @@ struct kvs_client {
 	int wake_fd;
 	pthread_mutex_t lock; /* queue, done flags, stopping */
 	pthread_cond_t cond;
+	/* whoever holds it drives UCX: the progress thread, or a thread
+	 * waiting in kvs_client_wait (then no hop between threads) */
+	pthread_mutex_t progress;
+	unsigned waiters; /* threads in kvs_client_wait (atomic) */
+	uint64_t last_check;
 	struct kvs_client_req *queue, **queue_tail;
 	struct kvs_client_req *waiting; /* over max_inflight (thread) */
 	bool stopping;

@@ -787,7 +787,7 @@ int kvs_server_create(const struct kvs_server_opts *opts,
 		goto fail;
 	}
 	srv->store_fd = kvs_store_event_fd(opts->store);
-	err = kvs_ucx_init(&srv->ucx, opts->shared_memory);
+	err = kvs_ucx_init(&srv->ucx, opts->shared_memory, false);
 	if (err)
 		goto fail;
 	am.arg = srv;

@@ -36,7 +36,7 @@ int kvs_ucx_error(ucs_status_t status)
 	}
 }
 
-int kvs_ucx_init(struct kvs_ucx *u, bool shared_memory)
+int kvs_ucx_init(struct kvs_ucx *u, bool shared_memory, bool serialized)
 {
 	ucp_params_t params = {
 		.field_mask = UCP_PARAM_FIELD_FEATURES,
@@ -50,6 +50,8 @@ int kvs_ucx_init(struct kvs_ucx *u, bool shared_memory)
 	ucs_status_t st;
 
 	memset(u, 0, sizeof(*u));
+	if (serialized)
+		wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;
 	u->efd = -1;
 	st = ucp_config_read(NULL, NULL, &config);
 	if (st != UCS_OK)

@@ -24,16 +24,17 @@ struct kvs_ucx {
 
 /*
  * Creates the context (active messages, wakeup) and a worker of one
- * thread.  With @shared_memory, the shared-memory transports are allowed
- * on endpoints with peer error handling (UCX_MM_ERROR_HANDLING; UCX 1.13
- * leaves them out otherwise, and two processes of one host then talk over
- * TCP loopback).  Off by default: a peer killed while it writes into the
+ * thread, or with @serialized of threads that take turns (the caller
+ * serializes them).  With @shared_memory, the shared-memory transports are
+ * allowed on endpoints with peer error handling (UCX_MM_ERROR_HANDLING;
+ * UCX 1.13 leaves them out otherwise, and two processes of one host then talk
+ * over TCP loopback).  Off by default: a peer killed while it writes into the
  * receiver's shared-memory FIFO leaves a slot that is never completed, and
  * the receiver's shared-memory receive stalls for every peer after it
  * (seen with UCX 1.13).  The environment variable still decides when set.
  * 0 or a negative error (logged).
  */
-int kvs_ucx_init(struct kvs_ucx *u, bool shared_memory);
+int kvs_ucx_init(struct kvs_ucx *u, bool shared_memory, bool serialized);
 /* NULL members are skipped; safe on a zeroed struct. */
 void kvs_ucx_fini(struct kvs_ucx *u);
 

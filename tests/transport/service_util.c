@@ -376,7 +376,7 @@ void raw_connect(struct raw_client *r, const struct daemon *d)
 	};
 
 	memset(r, 0, sizeof(*r));
-	assert_int_equal(kvs_ucx_init(&r->ucx, false), 0);
+	assert_int_equal(kvs_ucx_init(&r->ucx, false, false), 0);
 	assert_int_equal(ucp_worker_set_am_recv_handler(r->ucx.worker, &am),
 			 UCS_OK);
 	assert_int_equal(kvs_ucx_parse_addr(d->addr, &ss, &slen), 0);
