@@ -122,15 +122,18 @@ static struct store_async *async_of(struct kvs_store *s)
 	return a;
 }
 
-static int queue_job(struct kvs_store *s, struct job *j)
+/* Queues a copy of @proto; 0 or -errno (nothing queued). */
+static int queue_job(struct kvs_store *s, const struct job *proto)
 {
 	struct store_async *a = async_of(s);
+	struct job *j = malloc(sizeof(*j));
 	int err = 0;
 
-	if (!a) {
+	if (!a || !j) {
 		free(j);
 		return -ENOMEM;
 	}
+	*j = *proto;
 	pthread_mutex_lock(&a->lock);
 	if (!a->started) {
 		err = -pthread_create(&a->thread, NULL, io_main, s);
@@ -195,7 +198,6 @@ int kvs_store_get_batch_async(struct kvs_store *store,
 			      kvs_store_done_fn done, void *arg)
 {
 	struct kvs_store *s = store;
-	struct job *j;
 	bool io = false;
 
 	pthread_mutex_lock(&s->lock);
@@ -210,17 +212,13 @@ int kvs_store_get_batch_async(struct kvs_store *store,
 
 		return err ? err : 1;
 	}
-	j = calloc(1, sizeof(*j));
-	if (!j)
-		return -ENOMEM;
-	*j = (struct job){ .kind = JOB_GET,
-			   .keys = keys,
-			   .refs = refs,
-			   .n = n,
-			   .results = results,
-			   .done = done,
-			   .arg = arg };
-	return queue_job(s, j);
+	return queue_job(s, &(struct job){ .kind = JOB_GET,
+					   .keys = keys,
+					   .refs = refs,
+					   .n = n,
+					   .results = results,
+					   .done = done,
+					   .arg = arg });
 }
 
 int kvs_store_put_batch_async(struct kvs_store *store,
@@ -228,8 +226,6 @@ int kvs_store_put_batch_async(struct kvs_store *store,
 			      size_t n, enum kvs_durability durability,
 			      int *results, kvs_store_done_fn done, void *arg)
 {
-	struct job *j;
-
 	if (!writes_through(store, durability)) {
 		int err;
 
@@ -240,18 +236,14 @@ int kvs_store_put_batch_async(struct kvs_store *store,
 					  results);
 		return n && results[0] == 1 ? err : 1;
 	}
-	j = calloc(1, sizeof(*j));
-	if (!j)
-		return -ENOMEM;
-	*j = (struct job){ .kind = JOB_PUT,
-			   .objs = objs,
-			   .lens = lens,
-			   .n = n,
-			   .durability = durability,
-			   .results = results,
-			   .done = done,
-			   .arg = arg };
-	return queue_job(store, j);
+	return queue_job(store, &(struct job){ .kind = JOB_PUT,
+					       .objs = objs,
+					       .lens = lens,
+					       .n = n,
+					       .durability = durability,
+					       .results = results,
+					       .done = done,
+					       .arg = arg });
 }
 
 int kvs_store_commit_batch_async(struct kvs_store *store,
@@ -260,23 +252,17 @@ int kvs_store_commit_batch_async(struct kvs_store *store,
 				 int *results, kvs_store_done_fn done,
 				 void *arg)
 {
-	struct job *j;
-
 	if (!writes_through(store, durability)) {
 		kvs_store_commit_batch(store, rs, n, durability, results);
 		return 1;
 	}
-	j = calloc(1, sizeof(*j));
-	if (!j)
-		return -ENOMEM;
-	*j = (struct job){ .kind = JOB_COMMIT,
-			   .rs = rs,
-			   .n = n,
-			   .durability = durability,
-			   .results = results,
-			   .done = done,
-			   .arg = arg };
-	return queue_job(store, j);
+	return queue_job(store, &(struct job){ .kind = JOB_COMMIT,
+					       .rs = rs,
+					       .n = n,
+					       .durability = durability,
+					       .results = results,
+					       .done = done,
+					       .arg = arg });
 }
 
 void async_fini(struct kvs_store *s)

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_gen.h"
 #include "cli_util.h"
 #include "cmd.h"
 #include "kvstash/client.h"
@@ -58,54 +59,29 @@ struct bench {
 	uint8_t chain[CHAIN][KVS_ID_SIZE];
 };
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static int make_set(struct bench *b)
 {
-	struct kvs_layout layout;
-	size_t n;
-	float *kv;
-	uint8_t *image;
-	uint64_t x = 88172645463325252ull;
-	int err;
+	struct kvs_bench_gen g;
+	int err = kvs_bench_gen_init(&g);
 
-	kvs_shape_default(&b->shape, 8, 128);
-	err = kvs_block_layout(&b->shape, &layout);
 	if (err)
 		return err;
-	b->size = layout.total_size;
-	n = (size_t)b->shape.kv_heads * b->shape.span * b->shape.head_dim;
-	kv = malloc(2 * n * sizeof(float));
-	image = calloc(1, b->size);
+	b->shape = g.shape;
+	b->size = g.size;
 	b->objs = malloc((size_t)SET * b->size);
-	if (!kv || !image || !b->objs) {
-		free(kv);
-		free(image);
+	if (!b->objs) {
+		free(g.image);
 		return -ENOMEM;
 	}
-	for (size_t i = 0; i < 2 * n; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		kv[i] = (float)(x % 4001) / 1000.0f - 2.0f;
-	}
-	err = kvs_block_quantize(&b->shape, KVS_DTYPE_F32, kv, kv + n, image);
 	for (size_t i = 0; !err && i < SET; i++) {
 		struct kvs_ident ident;
 		uint8_t *obj = b->objs + i * b->size;
 
+		/* 256 spans of layer 0: the lookup's chain */
 		memset(&ident, 0, sizeof(ident));
 		memcpy(ident.block_id, &i, sizeof(i));
 		ident.block_id[31] = 0xbe;
-		ident.layer = 0;
-		memcpy(obj, image, b->size);
-		err = kvs_block_finish(&b->shape, &ident, obj);
+		err = kvs_bench_gen_finish(&g, &ident, obj);
 		memcpy(b->keys[i].span_id, ident.block_id, KVS_ID_SIZE);
 		b->keys[i].layer = 0;
 		b->ptrs[i] = obj;
@@ -113,8 +89,7 @@ static int make_set(struct bench *b)
 		if (i < CHAIN)
 			memcpy(b->chain[i], ident.block_id, KVS_ID_SIZE);
 	}
-	free(kv);
-	free(image);
+	free(g.image);
 	return err;
 }
 
@@ -172,7 +147,7 @@ static int submit(struct worker *w, uint64_t i, struct slot *sl)
 	static const uint32_t layer0 = 0;
 
 	sl->n = w->phase == GET_BATCH || w->phase == PUT_BATCH ? BATCH : 1;
-	sl->t0 = now_s();
+	sl->t0 = kvs_bench_now();
 	switch (w->phase) {
 	case GET_ONE:
 	case GET_BATCH:
@@ -234,7 +209,7 @@ static void *worker_main(void *arg)
 	double end;
 
 	pthread_barrier_wait(w->start);
-	end = now_s() + w->seconds;
+	end = kvs_bench_now() + w->seconds;
 	for (unsigned k = 0; slots && buf && k < window; k++) {
 		for (int j = 0; j < BATCH; j++)
 			slots[k].bufs[j] =
@@ -253,9 +228,9 @@ static void *worker_main(void *arg)
 		} else {
 			w->ops++;
 			if (w->phase == LOOKUP)
-				record_latency(w, now_s() - sl->t0);
+				record_latency(w, kvs_bench_now() - sl->t0);
 		}
-		if (now_s() < end && submit(w, i++, sl))
+		if (kvs_bench_now() < end && submit(w, i++, sl))
 			w->errors++;
 	}
 	for (unsigned k = 0; slots && k < window; k++)
@@ -305,7 +280,7 @@ static int run_phase(const struct bench *b, struct kvs_client **clients,
 		pthread_create(&t[i], NULL, worker_main, &w[i]);
 	}
 	pthread_barrier_wait(&start);
-	t0 = now_s();
+	t0 = kvs_bench_now();
 	memset(r, 0, sizeof(*r));
 	for (int i = 0; i < threads; i++) {
 		pthread_join(t[i], NULL);
@@ -314,7 +289,7 @@ static int run_phase(const struct bench *b, struct kvs_client **clients,
 		r->gbps += (double)w[i].bytes;
 		n_all += w[i].n_lat;
 	}
-	elapsed = now_s() - t0;
+	elapsed = kvs_bench_now() - t0;
 	r->gbps /= elapsed * 1e9;
 	if (n_all && (all = malloc(n_all * sizeof(*all)))) {
 		size_t k = 0;

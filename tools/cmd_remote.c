@@ -231,16 +231,6 @@ out:
 	return rc;
 }
 
-static void tier_json(struct kvs_cli_json *j, const char *name,
-		      const struct kvs_store_tier_stats *t)
-{
-	kvs_cli_json_object_begin(j, name);
-	kvs_cli_json_u64(j, "blocks", t->blocks);
-	kvs_cli_json_u64(j, "bytes", t->bytes);
-	kvs_cli_json_u64(j, "capacity", t->capacity);
-	kvs_cli_json_object_end(j);
-}
-
 static int remote_stat(struct kvs_client *c, const struct remote_args *a)
 {
 	struct kvs_client_stat s;
@@ -273,22 +263,8 @@ static int remote_stat(struct kvs_client *c, const struct remote_args *a)
 	}
 	kvs_cli_json_init(&j, stdout);
 	kvs_cli_json_object_begin(&j, NULL);
-	tier_json(&j, "dram", &st->dram);
-	tier_json(&j, "nvme", &st->nvme);
 	/* the daemon's counters, since it started */
-	kvs_cli_json_str(&j, "counters_scope", "daemon");
-	kvs_cli_json_u64(&j, "hits", st->hits);
-	kvs_cli_json_u64(&j, "misses", st->misses);
-	kvs_cli_json_u64(&j, "evictions", st->evictions);
-	kvs_cli_json_u64(&j, "spills", st->spills);
-	kvs_cli_json_u64(&j, "corrupt_dropped", st->corrupt_dropped);
-	kvs_cli_json_u64(&j, "torn_dropped", st->torn_dropped);
-	kvs_cli_json_u64(&j, "segments", st->segments);
-	kvs_cli_json_u64(&j, "nvme_file_bytes", st->nvme_file_bytes);
-	kvs_cli_json_bool(&j, "direct_io", st->direct_io);
-	kvs_cli_json_bool(&j, "hugepages", st->hugepages);
-	kvs_cli_json_bool(&j, "registered_buffers", st->registered);
-	kvs_cli_json_bool(&j, "cuda_pinned", st->host_pinned);
+	kvs_cli_store_stats_json(&j, st, "daemon");
 	kvs_cli_json_u64(&j, "tails", s.tails);
 	kvs_cli_json_u64(&j, "tail_bytes", s.tail_bytes);
 	kvs_cli_json_u64(&j, "tails_expired", s.tails_expired);

@@ -211,6 +211,27 @@ static void tier_json(struct kvs_cli_json *j, const char *name,
 	kvs_cli_json_object_end(j);
 }
 
+void kvs_cli_store_stats_json(struct kvs_cli_json *j,
+			      const struct kvs_store_stats *st,
+			      const char *scope)
+{
+	tier_json(j, "dram", &st->dram);
+	tier_json(j, "nvme", &st->nvme);
+	kvs_cli_json_str(j, "counters_scope", scope);
+	kvs_cli_json_u64(j, "hits", st->hits);
+	kvs_cli_json_u64(j, "misses", st->misses);
+	kvs_cli_json_u64(j, "evictions", st->evictions);
+	kvs_cli_json_u64(j, "spills", st->spills);
+	kvs_cli_json_u64(j, "corrupt_dropped", st->corrupt_dropped);
+	kvs_cli_json_u64(j, "torn_dropped", st->torn_dropped);
+	kvs_cli_json_u64(j, "segments", st->segments);
+	kvs_cli_json_u64(j, "nvme_file_bytes", st->nvme_file_bytes);
+	kvs_cli_json_bool(j, "direct_io", st->direct_io);
+	kvs_cli_json_bool(j, "hugepages", st->hugepages);
+	kvs_cli_json_bool(j, "registered_buffers", st->registered);
+	kvs_cli_json_bool(j, "cuda_pinned", st->host_pinned);
+}
+
 static int store_stat(int argc, char **argv, struct store_args *a, char **pos,
 		      size_t n_pos)
 {
@@ -242,23 +263,9 @@ static int store_stat(int argc, char **argv, struct store_args *a, char **pos,
 	}
 	kvs_cli_json_init(&j, stdout);
 	kvs_cli_json_object_begin(&j, NULL);
-	tier_json(&j, "dram", &st.dram);
-	tier_json(&j, "nvme", &st.nvme);
-	/* the counters below are this process's, since its open: the
-	 * store persists none of them */
-	kvs_cli_json_str(&j, "counters_scope", "process");
-	kvs_cli_json_u64(&j, "hits", st.hits);
-	kvs_cli_json_u64(&j, "misses", st.misses);
-	kvs_cli_json_u64(&j, "evictions", st.evictions);
-	kvs_cli_json_u64(&j, "spills", st.spills);
-	kvs_cli_json_u64(&j, "corrupt_dropped", st.corrupt_dropped);
-	kvs_cli_json_u64(&j, "torn_dropped", st.torn_dropped);
-	kvs_cli_json_u64(&j, "segments", st.segments);
-	kvs_cli_json_u64(&j, "nvme_file_bytes", st.nvme_file_bytes);
-	kvs_cli_json_bool(&j, "direct_io", st.direct_io);
-	kvs_cli_json_bool(&j, "hugepages", st.hugepages);
-	kvs_cli_json_bool(&j, "registered_buffers", st.registered);
-	kvs_cli_json_bool(&j, "cuda_pinned", st.host_pinned);
+	/* the counters are this process's, since its open: the store
+	 * persists none of them */
+	kvs_cli_store_stats_json(&j, &st, "process");
 	kvs_cli_json_object_end(&j);
 	kvs_cli_json_finish(&j);
 	return KVS_EXIT_OK;

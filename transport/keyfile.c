@@ -6,35 +6,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/crypto.h>
+
 #include "kvstash/error.h"
 #include "kvstash/log.h"
 #include "transport/keyfile.h"
 
-static int hex_value(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 static int parse_key(const char *hex, struct kvs_server_tenant *t)
 {
-	size_t n = strlen(hex);
+	size_t n = strlen(hex), got = 0;
 
-	if (n % 2 || n / 2 < 16 || n / 2 > KVS_KEY_MAX)
+	if (n % 2 || n / 2 < 16 || n / 2 > KVS_KEY_MAX ||
+	    strspn(hex, "0123456789abcdefABCDEF") != n ||
+	    OPENSSL_hexstr2buf_ex(t->key, sizeof(t->key), &got, hex, '\0') !=
+		    1 ||
+	    got != n / 2)
 		return -KVS_EPARAM;
-	for (size_t i = 0; i < n / 2; i++) {
-		int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
-
-		if (hi < 0 || lo < 0)
-			return -KVS_EPARAM;
-		t->key[i] = (uint8_t)(hi << 4 | lo);
-	}
-	t->key_len = n / 2;
+	t->key_len = got;
 	return 0;
 }
 

@@ -15,7 +15,6 @@ import os
 import random
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -27,45 +26,24 @@ WRONG = "alice 0f0e0d0c0b0a09080706050403020100\n"
 BOB = "bob 101112131415161718191a1b1c1d1e1f\n"
 
 
-class Failure(Exception):
-    pass
+# Failure, check() and run() come from the CLI tests' driver, the block
+# maker from the store's CLI test.
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tools"))
+sys.path.insert(0, os.path.join(HERE, "..", "store"))
+import cli_test  # noqa: E402
+import cli_store_test  # noqa: E402
+from cli_test import Failure, check  # noqa: E402
 
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
+cli_test.KVSTASH = KVSTASH
 
 
 def run(*args, expect=None):
-    p = subprocess.run([KVSTASH] + [str(a) for a in args],
-                       capture_output=True, text=True, timeout=60)
-    if expect is not None and p.returncode != expect:
-        raise Failure("kvstash %s: exit %d, expected %d\nstdout:\n%s\n"
-                      "stderr:\n%s" % (" ".join(map(str, args)),
-                                       p.returncode, expect, p.stdout,
-                                       p.stderr))
-    return p.returncode, p.stdout, p.stderr
+    return cli_test.run(*args, expect=expect)
 
 
 def pack(tmp, i, rng):
-    n = 32 * 32
-    names = []
-    for part in ("k", "v"):
-        name = os.path.join(tmp, "%s%d" % (part, i))
-        with open(name, "wb") as f:
-            f.write(struct.pack("<%df" % n,
-                                *[rng.gauss(0, 1) for _ in range(n)]))
-        names.append(name)
-    ids = os.path.join(tmp, "ids%d" % i)
-    with open(ids, "wb") as f:
-        f.write(struct.pack("<32I",
-                            *[rng.randrange(1 << 32) for _ in range(32)]))
-    out = os.path.join(tmp, "b%d.blk" % i)
-    run("block", "pack", "--kv-heads", 1, "--head-dim", 32, "--tokens", 32,
-        "--bits", 2, "--group", 32, "--meta", "fp16", "--dtype", "f32",
-        "--keys", names[0], "--values", names[1], "--token-ids", ids,
-        "--out", out, expect=0)
-    return out
+    return cli_store_test.pack(KVSTASH, tmp, i, rng)
 
 
 def start_daemon(tmp):
