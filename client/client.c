@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include "client_internal.h"
+#include <xxhash.h>
+
 #include "common/bytes.h"
 #include "kvstash/error.h"
 #include "kvstash/log.h"
@@ -41,18 +43,28 @@ void kvs_client_opts_default(struct kvs_client_opts *opts)
 /* ---- verification and completion ------------------------------------- */
 
 /* The client's own checks of a received object. */
-static int object_check(const uint8_t *obj, size_t len,
+/*
+ * The client's own checks of a received object.  A block arrives as the
+ * server stores it, under its namespaced id: its header is checked as
+ * received (checksum included), the id the client asked for is written
+ * back with the header checksum recomputed (docs/PROTOCOL.md, section 5),
+ * and then the whole object is verified.
+ */
+static int object_check(uint8_t *obj, size_t len,
 			const struct kvs_store_key *key, unsigned kind)
 {
 	struct kvs_header h;
 
-	if (kvs_object_verify(obj, len, 0) ||
-	    kvs_header_decode(obj, len, 0, &h) || h.kind != kind)
+	if (kvs_header_decode(obj, len, 0, &h) || h.kind != kind)
 		return -KVS_ENOTFOUND;
-	if (key && (memcmp(h.ident.block_id, key->span_id, KVS_ID_SIZE) ||
-		    h.ident.layer != key->layer))
-		return -KVS_ENOTFOUND;
-	return 0;
+	if (key) {
+		if (h.ident.layer != key->layer)
+			return -KVS_ENOTFOUND;
+		memcpy(obj + KVS_PROTO_HDR_ID_OFF, key->span_id, KVS_ID_SIZE);
+		kvs_put64(obj + KVS_PROTO_HDR_SUM_OFF,
+			  XXH3_64bits(obj, KVS_PROTO_HDR_SUM_OFF));
+	}
+	return kvs_object_verify(obj, len, 0) ? -KVS_ENOTFOUND : 0;
 }
 
 static void verify(struct kvs_client_req *req)
@@ -695,8 +707,8 @@ static int authenticate(struct kvs_client *c)
 	return err ? err : kvs_client_wait(req);
 }
 
-int kvs_client_connect(const struct kvs_client_opts *opts,
-		       struct kvs_client **out)
+static int connect_once(const struct kvs_client_opts *opts,
+			struct kvs_client **out)
 {
 	struct kvs_client *c;
 	ucp_am_handler_param_t am = {
@@ -767,6 +779,27 @@ int kvs_client_connect(const struct kvs_client_opts *opts,
 fail:
 	kvs_client_close(c);
 	return err;
+}
+
+int kvs_client_connect(const struct kvs_client_opts *opts,
+		       struct kvs_client **out)
+{
+	uint32_t budget = opts && opts->connect_timeout_ms
+				  ? opts->connect_timeout_ms
+				  : 5000;
+	uint64_t end = client_now_ns() + (uint64_t)budget * 1000000ull;
+	int err;
+
+	/* a connection the transport lost while it was being made (a burst
+	 * of clients at once) is tried again while the timeout allows;
+	 * refusals and timeouts are final */
+	for (;;) {
+		err = connect_once(opts, out);
+		if ((err != -KVS_ECONN && err != -ECANCELED) ||
+		    client_now_ns() + 100000000ull > end)
+			return err == -ECANCELED ? -KVS_ECONN : err;
+		usleep(50000);
+	}
 }
 
 void kvs_client_limits(const struct kvs_client *client,

@@ -145,7 +145,10 @@ void conn_send(struct kvs_conn *conn, struct kvs_client_req *req)
 		req_complete(req);
 		return;
 	}
-	if (req->iov_n) {
+	if (req->iov_n == 1) { /* contiguous: see reply_send */
+		data = req->iov[0].buffer;
+		count = req->iov[0].length;
+	} else if (req->iov_n) {
 		param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
 		param.datatype = ucp_dt_make_iov();
 		data = req->iov;
@@ -200,8 +203,12 @@ static void receive(struct kvs_client_req *req, void *data, size_t len,
 		return;
 	}
 	req->receiving = true;
-	rreq = ucp_am_recv_data_nbx(req->cl->ucx.worker, data, req->riov,
-				    req->riov_n, &rp);
+	if (req->riov_n == 1) /* contiguous: see the server's reply_send */
+		rp.op_attr_mask &= ~(uint32_t)UCP_OP_ATTR_FIELD_DATATYPE;
+	rreq = ucp_am_recv_data_nbx(
+		req->cl->ucx.worker, data,
+		req->riov_n == 1 ? req->riov[0].buffer : (void *)req->riov,
+		req->riov_n == 1 ? req->riov[0].length : req->riov_n, &rp);
 	if (rreq == NULL) {
 		req->receiving = false;
 	} else if (UCS_PTR_IS_ERR(rreq)) {

@@ -27,9 +27,6 @@
 #include "kvstash/log.h"
 #include "server_internal.h"
 
-#define HDR_ID_OFF 64u
-#define HDR_SUM_OFF 504u
-
 void ns_span_id(const struct srv_tenant *t, const uint8_t *span_id,
 		uint8_t out[KVS_ID_SIZE])
 {
@@ -47,8 +44,9 @@ void ns_span_id(const struct srv_tenant *t, const uint8_t *span_id,
 /* Sets the block id of a 512-byte header and its checksum. */
 static void header_set_id(uint8_t *hdr, const uint8_t id[KVS_ID_SIZE])
 {
-	memcpy(hdr + HDR_ID_OFF, id, KVS_ID_SIZE);
-	kvs_put64(hdr + HDR_SUM_OFF, XXH3_64bits(hdr, HDR_SUM_OFF));
+	memcpy(hdr + KVS_PROTO_HDR_ID_OFF, id, KVS_ID_SIZE);
+	kvs_put64(hdr + KVS_PROTO_HDR_SUM_OFF,
+		  XXH3_64bits(hdr, KVS_PROTO_HDR_SUM_OFF));
 }
 
 static void frame_reply(struct srv_reply *r, const struct srv_req *req,
@@ -291,7 +289,6 @@ static void get_done(void *arg, int status)
 	for (uint32_t i = 0; i < n; i++) {
 		uint8_t *item = body + (size_t)i * KVS_PROTO_ITEM_SIZE;
 		const uint8_t *obj;
-		uint8_t *hdr = r->owned + (size_t)hits * KVS_HEADER_SIZE;
 		size_t len;
 
 		if (x->results[i]) {
@@ -299,14 +296,12 @@ static void get_done(void *arg, int status)
 			kvs_put32(item + 4, 0);
 			continue;
 		}
+		/* as stored, straight from the slot: the client writes its
+		 * own id back (docs/PROTOCOL.md, section 5) */
 		obj = kvs_store_ref_data(r->refs[i]);
 		len = kvs_store_ref_len(r->refs[i]);
-		memcpy(hdr, obj, KVS_HEADER_SIZE);
-		header_set_id(hdr, x->wire[i].span_id);
-		r->iov[r->iov_n].buffer = hdr;
-		r->iov[r->iov_n++].length = KVS_HEADER_SIZE;
-		r->iov[r->iov_n].buffer = (void *)(obj + KVS_HEADER_SIZE);
-		r->iov[r->iov_n++].length = len - KVS_HEADER_SIZE;
+		r->iov[r->iov_n].buffer = (void *)obj;
+		r->iov[r->iov_n++].length = len;
 		r->bytes += len;
 		kvs_put32(item, 0);
 		kvs_put32(item + 4, (uint32_t)len);
@@ -332,10 +327,8 @@ static void serve_get(struct kvs_server *srv, struct srv_req *req)
 	x->wire = malloc(n * sizeof(*x->wire));
 	x->results = malloc(n * sizeof(*x->results));
 	r->refs = calloc(n, sizeof(*r->refs));
-	r->iov = calloc(2 * (size_t)n, sizeof(*r->iov));
-	r->owned = malloc((size_t)n * KVS_HEADER_SIZE);
-	if (!x->keys || !x->wire || !x->results || !r->refs || !r->iov ||
-	    !r->owned)
+	r->iov = calloc(n, sizeof(*r->iov));
+	if (!x->keys || !x->wire || !x->results || !r->refs || !r->iov)
 		goto oom;
 	for (uint32_t i = 0; i < n; i++)
 		req_key(req, i, &x->wire[i], &x->keys[i]);

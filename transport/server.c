@@ -256,22 +256,29 @@ void reply_send(struct kvs_server *srv, struct srv_reply *r)
 		.flags = UCP_AM_SEND_FLAG_REPLY,
 	};
 	unsigned op = r->opcode < KVS_OP_COUNT ? r->opcode : 0;
-	void *sreq;
+	void *sreq, *data = NULL;
+	size_t count = 0;
 
 	if (c->dead || c->closing) {
 		reply_free(r);
 		return;
 	}
-	if (r->iov_n) {
+	/* one object goes as a contiguous buffer (UCX's zero-copy paths
+	 * take those more readily than an iov), several as an iov */
+	if (r->iov_n == 1) {
+		data = r->iov[0].buffer;
+		count = r->iov[0].length;
+	} else if (r->iov_n) {
 		param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
 		param.datatype = ucp_dt_make_iov();
+		data = r->iov;
+		count = r->iov_n;
 	}
 	M_ADD(srv->m.bytes_out[op], r->bytes);
 	metrics_latency(&srv->m, op, elapsed_ns(&r->start));
 	c->sending++;
 	sreq = ucp_am_send_nbx(c->ep, KVS_PROTO_AM_REPLY, r->frame,
-			       r->frame_len, r->iov_n ? (void *)r->iov : NULL,
-			       r->iov_n, &param);
+			       r->frame_len, data, count, &param);
 	if (UCS_PTR_IS_PTR(sreq))
 		return;
 	on_reply_sent(NULL, UCS_PTR_STATUS(sreq), r);
@@ -467,11 +474,14 @@ static ucs_status_t on_request(void *arg, const void *header, size_t header_len,
 	}
 	/* a put lands in store slots reserved for it: no copy later */
 	if (f.opcode == KVS_OP_PUT && reserve_put(srv, req) == 0) {
-		if (rndv) {
+		if (rndv && f.count == 1)
+			receive_payload(srv, req, data, req->dsts[0], len,
+					false);
+		else if (rndv)
 			receive_payload(srv, req, data, req->riov, f.count,
 					true);
+		if (rndv)
 			return UCS_OK;
-		}
 		const uint8_t *p = data;
 
 		for (uint32_t i = 0; i < f.count; i++) {

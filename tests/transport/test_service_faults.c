@@ -240,6 +240,7 @@ struct worker {
 	const struct shared_set *s;
 	int id;
 	unsigned long gets, hits, puts, errors, wrong;
+	int last_error;
 };
 
 static void *worker_main(void *arg)
@@ -250,13 +251,14 @@ static void *worker_main(void *arg)
 	unsigned seed = (unsigned)w->id * 7919u + 1;
 	uint8_t *buf = malloc(1u << 20);
 
-	if (client_try(w->d, w->id % 2 ? "alice" : "carol", &c)) {
+	w->last_error = client_try(w->d, w->id % 2 ? "alice" : "carol", &c);
+	if (w->last_error) {
 		w->errors++;
 		free(buf);
 		return NULL;
 	}
 	while (ms_now() < end) {
-		int k = (int)(rand_r(&seed) % N_KEYS), res;
+		int k = (int)(rand_r(&seed) % N_KEYS), res, err;
 		size_t cap = 1u << 20, got;
 
 		if (rand_r(&seed) % 3 == 0) {
@@ -269,9 +271,11 @@ static void *worker_main(void *arg)
 			w->puts++;
 			continue;
 		}
-		if (kvs_client_get(c, &w->s->key[k], 1, (void **)&buf, &cap,
-				   &got, &res)) {
+		err = kvs_client_get(c, &w->s->key[k], 1, (void **)&buf, &cap,
+				     &got, &res);
+		if (err) {
 			w->errors++;
+			w->last_error = err;
 			continue;
 		}
 		w->gets++;
@@ -308,6 +312,9 @@ static void test_64_clients(void **state)
 	}
 	for (int i = 0; i < N_CLIENTS; i++) {
 		pthread_join(t[i], NULL);
+		if (w[i].errors)
+			print_error("client %d: %lu errors, last %s\n", i,
+				    w[i].errors, kvs_strerror(w[i].last_error));
 		assert_int_equal(w[i].errors, 0);
 		assert_int_equal(w[i].wrong, 0);
 		gets += w[i].gets;
