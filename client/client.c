@@ -239,21 +239,37 @@ static void *progress_main(void *arg)
 	return NULL;
 }
 
-/* Drives UCX (or lets another thread do it) until @req is done. */
+/* Drives UCX (or lets another thread do it) until @req is done.  The
+ * waiting thread drives for as long as that moves things (and 100 us
+ * past), then sleeps and leaves UCX to the progress thread: many waiting
+ * threads spinning at once would starve everything else of cores. */
 static void drive_until_done(struct kvs_client *cl, struct kvs_client_req *req)
 {
+	uint64_t idle_since = client_now_ns();
+	bool driving = true;
+
 	__atomic_fetch_add(&cl->waiters, 1, __ATOMIC_RELAXED);
 	pthread_mutex_lock(&cl->lock);
 	while (!req->done) {
 		struct timespec until;
-		bool moved;
 
 		pthread_mutex_unlock(&cl->lock);
-		if (pthread_mutex_trylock(&cl->progress) == 0) {
-			moved = progress_turn(cl);
+		if (driving && pthread_mutex_trylock(&cl->progress) == 0) {
+			bool moved = progress_turn(cl);
+
 			pthread_mutex_unlock(&cl->progress);
-			if (!moved)
+			if (moved)
+				idle_since = client_now_ns();
+			else if (client_now_ns() - idle_since > 100000ull) {
+				/* the progress thread takes over */
+				driving = false;
+				__atomic_fetch_sub(&cl->waiters, 1,
+						   __ATOMIC_RELAXED);
+				(void)!write(cl->wake_fd, &(uint64_t){ 1 },
+					     sizeof(uint64_t));
+			} else {
 				sched_yield();
+			}
 			pthread_mutex_lock(&cl->lock);
 			continue;
 		}
@@ -269,7 +285,8 @@ static void drive_until_done(struct kvs_client *cl, struct kvs_client_req *req)
 			pthread_cond_timedwait(&cl->cond, &cl->lock, &until);
 	}
 	pthread_mutex_unlock(&cl->lock);
-	__atomic_fetch_sub(&cl->waiters, 1, __ATOMIC_RELAXED);
+	if (driving)
+		__atomic_fetch_sub(&cl->waiters, 1, __ATOMIC_RELAXED);
 }
 
 /* Queues @req (frame and payload built) and wakes the thread. */

@@ -1,6 +1,7 @@
 /*
  * log.c - the level-filtered stderr logger behind include/kvstash/log.h.
- * The threshold is read once from KVS_LOG_LEVEL unless set explicitly.
+ * The threshold is read once from KVS_LOG_LEVEL unless set explicitly;
+ * a program may route the lines elsewhere (kvs_log_set_sink).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,6 +11,8 @@
 #include "kvstash/log.h"
 
 static int log_threshold = -1;
+static void (*log_sink)(enum kvs_log_level, const char *, void *);
+static void *log_sink_arg;
 
 static int threshold_from_env(void)
 {
@@ -26,6 +29,14 @@ static int threshold_from_env(void)
 void kvs_log_set_level(enum kvs_log_level level)
 {
 	log_threshold = (int)level;
+}
+
+void kvs_log_set_sink(void (*sink)(enum kvs_log_level level, const char *line,
+				   void *arg),
+		      void *arg)
+{
+	log_sink = sink;
+	log_sink_arg = arg;
 }
 
 int kvs_log_enabled(enum kvs_log_level level)
@@ -46,6 +57,10 @@ void kvs_log(enum kvs_log_level level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
+	if (log_sink != NULL) {
+		log_sink(level, line, log_sink_arg);
+		return;
+	}
 	/* One fputs per line so concurrent threads do not interleave. */
 	fprintf(stderr, "kvstash: %s: %s\n", tags[level], line);
 }

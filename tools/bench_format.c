@@ -199,6 +199,16 @@ static void fill_input(struct bench_ctx *c, size_t count)
 	}
 }
 
+/* The benchmark's block shape; kvs_block_layout() says if it is valid. */
+static void bench_shape(uint32_t heads, uint32_t dim, uint32_t tokens,
+			struct kvs_shape *shape)
+{
+	kvs_shape_default(shape, (uint16_t)heads, (uint16_t)dim);
+	shape->span = tokens;
+	if (shape->residual > tokens || tokens % shape->residual != 0)
+		shape->residual = tokens;
+}
+
 static void bench_release(struct bench_ctx *c)
 {
 	free(c->keys);
@@ -218,18 +228,9 @@ static int bench_setup(struct bench_ctx *c, uint32_t heads, uint32_t dim,
 	int rc;
 
 	memset(c, 0, sizeof(*c));
-	kvs_shape_default(&c->shape, (uint16_t)heads, (uint16_t)dim);
-	c->shape.span = tokens;
-	c->shape.residual =
-		c->shape.residual <= tokens && tokens % c->shape.residual == 0
-			? c->shape.residual
-			: tokens;
-	if (kvs_block_layout(&c->shape, &layout) != 0) {
-		kvs_cli_error("bench format",
-			      "invalid shape: --head-dim a "
-			      "multiple of 32, --tokens a multiple of 32");
-		return -KVS_EPARAM;
-	}
+	bench_shape(heads, dim, tokens, &c->shape);
+	if (kvs_block_layout(&c->shape, &layout) != 0)
+		return -KVS_EPARAM; /* checked with the arguments */
 	c->fp16_bytes = 2 * count * sizeof(uint16_t);
 	c->keys = malloc(count * sizeof(uint16_t));
 	c->values = malloc(count * sizeof(uint16_t));
@@ -305,7 +306,10 @@ int kvs_bench_format(int argc, char **argv)
 	rc = kvs_cli_parse("bench format", argc, argv, opts,
 			   sizeof(opts) / sizeof(opts[0]), NULL, 0, NULL);
 	if (rc == 0 && (seconds <= 0 || seconds > 3600)) {
-		kvs_cli_error("bench format", "--seconds: expected (0, 3600]");
+		kvs_cli_error("bench format",
+			      "--seconds: %g is out of range: must be more "
+			      "than 0 and at most 3600",
+			      seconds);
 		rc = -KVS_EPARAM;
 	}
 	if (rc == 0 && only != NULL) {
@@ -320,8 +324,19 @@ int kvs_bench_format(int argc, char **argv)
 				      "'%s'",
 				      only);
 	}
+	if (rc == 0) {
+		struct kvs_layout layout;
+
+		bench_shape(heads, dim, tokens, &c.shape);
+		if (kvs_block_layout(&c.shape, &layout) != 0) {
+			kvs_cli_error("bench format",
+				      "invalid shape: --head-dim and --tokens "
+				      "must be multiples of 32");
+			rc = -KVS_EPARAM;
+		}
+	}
 	if (rc != 0)
-		return kvs_cli_usage(bench_usage, rc);
+		return kvs_cli_usage("bench format", bench_usage, rc);
 	cpu = pin_to_current_cpu();
 	if (cpu < 0)
 		kvs_cli_error("bench format",

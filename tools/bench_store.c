@@ -87,8 +87,7 @@ static int open_at(const char *dir, const char *sub, uint64_t dram,
 	o.write_through = nvme > 0;
 	err = kvs_store_open(path, &o, s);
 	if (err)
-		kvs_cli_error("bench store", "open %s: %s", path,
-			      kvs_strerror(err));
+		kvs_cli_fail("bench store", err, path);
 	return err;
 }
 
@@ -107,8 +106,7 @@ static int put_batches(struct kvs_store *s, const struct kvs_bench_gen *g,
 
 		t += kvs_bench_now() - t0;
 		if (err) {
-			kvs_cli_error("bench store", "put: %s",
-				      kvs_strerror(err));
+			kvs_cli_fail("bench store", err, "put");
 			return err;
 		}
 	}
@@ -150,8 +148,7 @@ static int get_batches(struct kvs_store *s, const struct kvs_bench_gen *g,
 			kvs_store_ref_release(refs[i]);
 		t += kvs_bench_now() - t0;
 		if (err) {
-			kvs_cli_error("bench store", "get: %s",
-				      kvs_strerror(err));
+			kvs_cli_fail("bench store", err, "get");
 			return err;
 		}
 	}
@@ -346,7 +343,7 @@ int kvs_bench_store(int argc, char **argv)
 	rc = kvs_cli_parse("bench store", argc, argv, opts,
 			   sizeof(opts) / sizeof(opts[0]), NULL, 0, NULL);
 	if (rc)
-		return kvs_cli_usage(bench_usage, rc);
+		return kvs_cli_usage("bench store", bench_usage, rc);
 	if (kvs_bench_gen_init(&g)) {
 		kvs_cli_error("bench store", "cannot make the test block");
 		return KVS_EXIT_FAIL;

@@ -335,7 +335,7 @@ int kvs_bench_transport(int argc, char **argv)
 	rc = kvs_cli_parse("bench transport", argc, argv, opts,
 			   sizeof(opts) / sizeof(opts[0]), NULL, 0, NULL);
 	if (rc)
-		return kvs_cli_usage(bench_usage, rc);
+		return kvs_cli_usage("bench transport", bench_usage, rc);
 	counts[1] = (int)threads_max;
 	err = make_set(&b);
 	for (uint32_t i = 0; !err && i < threads_max; i++)

@@ -1,12 +1,15 @@
 /*
- * cli_util.c - option parsing, file I/O, messages and JSON output shared by
- * the `kvstash` subcommands (contracts in cli_util.h).
+ * cli_util.c - the running command (messages, library log lines, checked
+ * stdout), option parsing, file I/O and JSON output shared by the
+ * `kvstash` subcommands (contracts and conventions in cli_util.h).
  */
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <libgen.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,49 +19,270 @@
 
 #include "cli_util.h"
 #include "kvstash/error.h"
+#include "kvstash/log.h"
+
+/* ---- the running command, its messages and stdout --------------------- */
+
+#define CLI_NAME_MAX 64
+#define CLI_LINE_MAX 1024
+
+static struct {
+	char name[CLI_NAME_MAX]; /* "store put"; empty before kvs_cli_begin */
+	pthread_mutex_t lock; /* guards the pending library error */
+	char lib_error[CLI_LINE_MAX]; /* first error logged, not yet used */
+	bool reported; /* an error line was printed */
+	bool stdout_reported; /* a stdout write error was printed */
+} cli = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* Writes "kvstash[ @cmd]: @prefix@text\n" in one call; control
+ * characters (a newline in a file name) become '?' so that a message is
+ * always one line. */
+static void put_line(const char *cmd, const char *prefix, const char *text)
+{
+	char line[CLI_LINE_MAX + 128];
+	size_t n;
+
+	snprintf(line, sizeof(line), "kvstash%s%s: %s%s",
+		 cmd != NULL ? " " : "", cmd != NULL ? cmd : "", prefix, text);
+	for (n = 0; line[n] != '\0'; n++)
+		if ((unsigned char)line[n] < 0x20 || line[n] == 0x7f)
+			line[n] = '?';
+	line[n] = '\n';
+	fwrite(line, 1, n + 1, stderr);
+}
+
+/* The library's line without its module tag ("store: mkdir x: ..." ->
+ * "mkdir x: ..."): the command's name stands in for it. */
+static const char *strip_module_tag(const char *line)
+{
+	size_t n = strspn(line, "abcdefghijklmnopqrstuvwxyz_");
+
+	return n > 0 && line[n] == ':' && line[n + 1] == ' ' ? line + n + 2
+							     : line;
+}
+
+static void log_sink(enum kvs_log_level level, const char *line, void *arg)
+{
+	static const char *const tags[] = { "",
+					    "warning: ", "info: ", "debug: " };
+
+	(void)arg;
+	line = strip_module_tag(line);
+	if (level != KVS_LOG_ERR) {
+		put_line(cli.name[0] != '\0' ? cli.name : NULL, tags[level],
+			 line);
+		return;
+	}
+	/* Keep the first: the function that first detects an error logs
+	 * it, and what follows is its consequences. */
+	pthread_mutex_lock(&cli.lock);
+	if (cli.lib_error[0] == '\0')
+		snprintf(cli.lib_error, sizeof(cli.lib_error), "%s", line);
+	pthread_mutex_unlock(&cli.lock);
+}
+
+/* Moves the pending library error into @out (empty if none). */
+static void take_lib_error(char *out, size_t size)
+{
+	pthread_mutex_lock(&cli.lock);
+	snprintf(out, size, "%s", cli.lib_error);
+	cli.lib_error[0] = '\0';
+	pthread_mutex_unlock(&cli.lock);
+}
+
+void kvs_cli_begin(const char *name)
+{
+	snprintf(cli.name, sizeof(cli.name), "%s", name);
+	kvs_log_set_sink(log_sink, NULL);
+}
+
+static int report_stdout(const char *cmd, int err)
+{
+	if (!cli.stdout_reported)
+		put_line(cmd, "standard output: ", strerror(err));
+	cli.stdout_reported = true;
+	cli.reported = true;
+	return -err;
+}
+
+int kvs_cli_flush_stdout(const char *cmd)
+{
+	errno = 0;
+	if (fflush(stdout) != 0 || ferror(stdout))
+		return report_stdout(cmd, errno != 0 ? errno : EIO);
+	return 0;
+}
+
+int kvs_cli_end(int rc)
+{
+	const char *cmd = cli.name[0] != '\0' ? cli.name : NULL;
+	char pending[CLI_LINE_MAX];
+	int err = 0;
+
+	take_lib_error(pending, sizeof(pending));
+	if (pending[0] != '\0' && rc == KVS_EXIT_OK)
+		put_line(cmd, "warning: ", pending);
+	else if (pending[0] != '\0' && !cli.reported)
+		put_line(cmd, "", pending);
+	errno = 0;
+	if (fflush(stdout) != 0 || ferror(stdout))
+		err = errno != 0 ? errno : EIO;
+	if (fclose(stdout) != 0 && err == 0)
+		err = errno != 0 ? errno : EIO;
+	if (err != 0 && !cli.stdout_reported)
+		report_stdout(cmd, err);
+	if (cli.stdout_reported && rc == KVS_EXIT_OK)
+		rc = KVS_EXIT_FAIL;
+	kvs_log_set_sink(NULL, NULL);
+	return rc;
+}
+
+static void report_error(const char *cmd, const char *fmt, va_list ap)
+	__attribute__((format(printf, 2, 0)));
+
+static void report_error(const char *cmd, const char *fmt, va_list ap)
+{
+	char line[CLI_LINE_MAX];
+
+	vsnprintf(line, sizeof(line), fmt, ap);
+	put_line(cmd, "", line);
+	take_lib_error(line, sizeof(line)); /* this line reports it */
+	cli.reported = true;
+}
 
 void kvs_cli_error(const char *cmd, const char *fmt, ...)
 {
-	char line[1024];
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
+	report_error(cmd, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "kvstash %s: %s\n", cmd, line);
+}
+
+int kvs_cli_fail(const char *cmd, int err, const char *what)
+{
+	char cause[CLI_LINE_MAX];
+
+	take_lib_error(cause, sizeof(cause));
+	if (cause[0] == '\0')
+		snprintf(cause, sizeof(cause), "%s", kvs_strerror(err));
+	if (what != NULL && strstr(cause, what) == NULL)
+		kvs_cli_error(cmd, "%s: %s", what, cause);
+	else
+		kvs_cli_error(cmd, "%s", cause);
+	return KVS_EXIT_FAIL;
+}
+
+static void print_hint(const char *cmd)
+{
+	char line[CLI_NAME_MAX + 32];
+
+	snprintf(line, sizeof(line), "try 'kvstash %s%s--help'\n",
+		 cmd != NULL ? cmd : "", cmd != NULL ? " " : "");
+	fputs(line, stderr);
+}
+
+int kvs_cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	report_error(cmd, fmt, ap);
+	va_end(ap);
+	print_hint(cmd);
+	return KVS_EXIT_USAGE;
+}
+
+/* ---- numbers ---------------------------------------------------------- */
+
+/* Reads the decimal digits at the start of @s (at least one; leading
+ * zeros are plain zeros).  0, -ERANGE past 2^64 - 1, or -EINVAL. */
+static int parse_decimal(const char *s, uint64_t *out, const char **end)
+{
+	uint64_t v = 0;
+	int rc = 0;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	for (; *s >= '0' && *s <= '9'; s++) {
+		unsigned digit = (unsigned)(*s - '0');
+
+		if (v > (UINT64_MAX - digit) / 10)
+			rc = -ERANGE;
+		else
+			v = v * 10 + digit;
+	}
+	*out = v;
+	*end = s;
+	return rc;
+}
+
+/* @v as a size: "64K", "1G" where exact, else bytes. */
+static void size_text(uint64_t v, char *out, size_t size)
+{
+	static const char units[] = "TGMK";
+
+	for (unsigned i = 0; i < 4; i++) {
+		unsigned shift = 10u * (4 - i);
+
+		if (v != 0 && v % (1ull << shift) == 0) {
+			snprintf(out, size, "%" PRIu64 "%c", v >> shift,
+				 units[i]);
+			return;
+		}
+	}
+	snprintf(out, size, "%" PRIu64, v);
+}
+
+static void number_text(uint64_t v, bool size, char *out, size_t n)
+{
+	if (size)
+		size_text(v, out, n);
+	else
+		snprintf(out, n, "%" PRIu64, v);
+}
+
+/* "kvstash @cmd: --@opt: @s is out of range: must be ...", a bound that
+ * does not limit left out (no upper bound where there is none but 64
+ * bits, no lower bound of 0). */
+static int out_of_range(const char *cmd, const char *opt, const char *s,
+			uint64_t min, uint64_t max, bool size)
+{
+	char lo[32], hi[32];
+
+	number_text(min, size, lo, sizeof(lo));
+	number_text(max, size, hi, sizeof(hi));
+	if (max == UINT64_MAX && min > 0)
+		kvs_cli_error(cmd,
+			      "--%s: %s is out of range: must be at least %s",
+			      opt, s, lo);
+	else if (min == 0)
+		kvs_cli_error(cmd,
+			      "--%s: %s is out of range: must be at most %s",
+			      opt, s, hi);
+	else
+		kvs_cli_error(cmd,
+			      "--%s: %s is out of range: must be between %s "
+			      "and %s",
+			      opt, s, lo, hi);
+	return -KVS_EPARAM;
 }
 
 int kvs_cli_parse_u64(const char *cmd, const char *opt, const char *s,
 		      uint64_t min, uint64_t max, uint64_t *out)
 {
-	unsigned long long v;
-	char *end;
+	const char *end;
+	uint64_t v;
+	int rc;
 
-	/* strtoull accepts a sign and leading blanks; an integer option
-	 * does not. */
-	if (s[0] < '0' || s[0] > '9') {
-		kvs_cli_error(cmd,
-			      "--%s: expected an unsigned integer, "
-			      "got '%s'",
+	rc = parse_decimal(s, &v, &end);
+	if (rc == -EINVAL || (rc == 0 && *end != '\0')) {
+		kvs_cli_error(cmd, "--%s: expected a decimal integer, got '%s'",
 			      opt, s);
 		return -KVS_EPARAM;
 	}
-	errno = 0;
-	v = strtoull(s, &end, 0);
-	if (errno != 0 || *end != '\0') {
-		kvs_cli_error(cmd,
-			      "--%s: expected an unsigned integer, "
-			      "got '%s'",
-			      opt, s);
-		return -KVS_EPARAM;
-	}
-	if (v < min || v > max) {
-		kvs_cli_error(cmd,
-			      "--%s: %llu is out of range [%" PRIu64
-			      ", %" PRIu64 "]",
-			      opt, v, min, max);
-		return -KVS_EPARAM;
-	}
+	if (rc != 0 || v < min || v > max)
+		return out_of_range(cmd, opt, s, min, max, false);
 	*out = v;
 	return 0;
 }
@@ -73,7 +297,7 @@ static int suffix_shift(const char *suffix, unsigned *shift)
 		return 0;
 	}
 	unit = strchr(units, suffix[0] & ~0x20);
-	if (unit == NULL)
+	if (unit == NULL || *unit == '\0')
 		return -1;
 	suffix++;
 	if (*suffix != '\0' && strcasecmp(suffix, "B") != 0 &&
@@ -83,33 +307,40 @@ static int suffix_shift(const char *suffix, unsigned *shift)
 	return 0;
 }
 
+/* A size: 0, -ERANGE past 2^64 - 1, or -EINVAL. */
+static int size_value(const char *s, uint64_t *out)
+{
+	const char *end;
+	unsigned shift;
+	uint64_t v;
+	int rc;
+
+	rc = parse_decimal(s, &v, &end);
+	if (rc == -EINVAL || suffix_shift(end, &shift) != 0)
+		return -EINVAL;
+	if (rc != 0 || v > (UINT64_MAX >> shift))
+		return -ERANGE;
+	*out = v << shift;
+	return 0;
+}
+
 int kvs_cli_parse_size(const char *cmd, const char *opt, const char *s,
 		       uint64_t *out)
 {
-	unsigned long long v;
-	unsigned shift;
-	char *end;
+	uint64_t v;
+	int rc = size_value(s, &v);
 
-	if (s[0] < '0' || s[0] > '9')
-		goto malformed;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno != 0 || suffix_shift(end, &shift) != 0)
-		goto malformed;
-	if (shift != 0 && v > (UINT64_MAX >> shift)) {
-		kvs_cli_error(cmd, "--%s: '%s' does not fit in 64 bits", opt,
-			      s);
+	if (rc == -ERANGE)
+		return out_of_range(cmd, opt, s, 0, UINT64_MAX, true);
+	if (rc != 0) {
+		kvs_cli_error(cmd,
+			      "--%s: expected a size such as 4096, 64K, 1M "
+			      "or 2G, got '%s'",
+			      opt, s);
 		return -KVS_EPARAM;
 	}
-	*out = (uint64_t)v << shift;
+	*out = v;
 	return 0;
-
-malformed:
-	kvs_cli_error(cmd,
-		      "--%s: expected a size such as 4096, 64K, 1M or 2G, "
-		      "got '%s'",
-		      opt, s);
-	return -KVS_EPARAM;
 }
 
 static int parse_double(const char *cmd, const char *opt, const char *s,
@@ -152,17 +383,17 @@ static int set_value(const char *cmd, struct kvs_cli_opt *o, const char *s)
 			*(uint64_t *)o->value = v;
 		return rc;
 	case KVS_CLI_SIZE:
-		rc = kvs_cli_parse_size(cmd, o->name, s, &v);
-		if (rc == 0 && (v < o->min || (max != 0 && v > max))) {
-			kvs_cli_error(cmd,
-				      "--%s: %s is out of range [%" PRIu64
-				      ", %" PRIu64 "] bytes",
-				      o->name, s, o->min, max);
-			rc = -KVS_EPARAM;
-		}
-		if (rc == 0)
-			*(uint64_t *)o->value = v;
-		return rc;
+		if (max == 0)
+			max = UINT64_MAX;
+		rc = size_value(s, &v);
+		if (rc == 0 && (v < o->min || v > max))
+			rc = -ERANGE;
+		if (rc == -ERANGE)
+			return out_of_range(cmd, o->name, s, o->min, max, true);
+		if (rc != 0)
+			return kvs_cli_parse_size(cmd, o->name, s, &v);
+		*(uint64_t *)o->value = v;
+		return 0;
 	case KVS_CLI_DOUBLE:
 		return parse_double(cmd, o->name, s, (double *)o->value);
 	case KVS_CLI_FLAG:
@@ -265,14 +496,44 @@ int kvs_cli_parse(const char *cmd, int argc, char **argv,
 	return 0;
 }
 
-int kvs_cli_usage(const char *usage, int parse_rc)
+int kvs_cli_usage(const char *cmd, const char *usage, int parse_rc)
 {
 	if (parse_rc == KVS_CLI_HELP) {
 		fputs(usage, stdout);
 		return KVS_EXIT_OK;
 	}
-	fputs(usage, stderr);
+	print_hint(cmd);
 	return KVS_EXIT_USAGE;
+}
+
+bool kvs_cli_same_file(const char *a, const char *b)
+{
+	struct stat sa, sb;
+	char *da, *db, *ba, *bb;
+	bool same = false;
+	int ra, rb;
+
+	if (strcmp(a, b) == 0)
+		return true;
+	ra = stat(a, &sa);
+	rb = stat(b, &sb);
+	if (ra == 0 || rb == 0)
+		return ra == 0 && rb == 0 && sa.st_dev == sb.st_dev &&
+		       sa.st_ino == sb.st_ino;
+	/* Neither exists yet: one entry of one directory? */
+	da = strdup(a);
+	db = strdup(b);
+	ba = strdup(a);
+	bb = strdup(b);
+	if (da != NULL && db != NULL && ba != NULL && bb != NULL &&
+	    strcmp(basename(ba), basename(bb)) == 0 &&
+	    stat(dirname(da), &sa) == 0 && stat(dirname(db), &sb) == 0)
+		same = sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+	free(da);
+	free(db);
+	free(ba);
+	free(bb);
+	return same;
 }
 
 /* Reads until EOF into a growing buffer (files whose size fstat cannot
@@ -362,14 +623,16 @@ static int write_all(int fd, const uint8_t *buf, size_t len)
 	return 0;
 }
 
-/* open(2) for writing; the descriptor or -errno after printing why. */
-static int open_for_write(const char *cmd, const char *path, int flags)
+/* open(2) of @path for writing; the descriptor or -errno after printing
+ * why, about @shown (the name the user gave). */
+static int open_for_write(const char *cmd, const char *path, const char *shown,
+			  int flags)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0644);
 
 	if (fd < 0) {
 		fd = -errno;
-		kvs_cli_error(cmd, "%s: %s", path, strerror(-fd));
+		kvs_cli_error(cmd, "%s: %s", shown, strerror(-fd));
 	}
 	return fd;
 }
@@ -379,13 +642,14 @@ static int write_in_place(const char *cmd, const char *path, const void *buf,
 {
 	int fd, rc;
 
-	fd = open_for_write(cmd, path, O_TRUNC);
+	fd = open_for_write(cmd, path, path, O_TRUNC);
 	if (fd < 0)
 		return fd;
 	rc = write_all(fd, buf, len);
+	if (close(fd) != 0 && rc == 0)
+		rc = -errno;
 	if (rc != 0)
 		kvs_cli_error(cmd, "%s: write: %s", path, strerror(-rc));
-	close(fd);
 	return rc;
 }
 
@@ -402,7 +666,7 @@ int kvs_cli_write_file(const char *cmd, const char *path, const void *buf,
 		kvs_cli_error(cmd, "%s: out of memory", path);
 		return -ENOMEM;
 	}
-	fd = open_for_write(cmd, tmp, O_EXCL);
+	fd = open_for_write(cmd, tmp, path, O_EXCL);
 	if (fd < 0) {
 		rc = fd;
 		goto free_tmp;

@@ -1,11 +1,26 @@
 /*
- * cli_util.h - helpers shared by the `kvstash` subcommands: a table-driven
- * long-option parser (integers, capacities with K/M/G/T suffixes, strings,
- * flags), whole-file read and atomic write, error messages, and a small
+ * cli_util.h - the conventions every `kvstash` subcommand follows, and the
+ * helpers that implement them: a table-driven long-option parser (decimal
+ * integers, capacities with K/M/G/T suffixes, strings, flags), messages,
+ * whole-file read and atomic write, checked standard output, and a small
  * JSON printer.
  *
- * Messages go to stderr as "kvstash <cmd>: <what>"; parse failures map to
- * exit status 2 (usage), everything else that fails to 1 (see cmd.h).
+ * Conventions (README.md, "Exit status"):
+ *  - Exit status: KVS_EXIT_OK 0, KVS_EXIT_FAIL 1 (failure), KVS_EXIT_USAGE 2
+ *    (usage error), KVS_EXIT_NOTFOUND 3 (the key asked for is not there: a
+ *    miss).  Each means that one thing only.
+ *  - An error is exactly one line on stderr, "kvstash <cmd>: <cause>"
+ *    (kvs_cli_error, kvs_cli_fail).  A usage error adds one line,
+ *    "try 'kvstash <cmd> --help'" (kvs_cli_usage, kvs_cli_usage_error);
+ *    the full usage goes to stdout for --help only, with status 0.
+ *  - Numbers are decimal: leading zeros are allowed and mean nothing
+ *    ("010" is ten); no sign, blanks, hex or octal.  Byte sizes take
+ *    K/M/G/T suffixes (binary).
+ *  - Results go to stdout; a failed write there is a failure.  main()
+ *    brackets every command with kvs_cli_begin()/kvs_cli_end(), which
+ *    checks stdout at exit; a command whose output is an acknowledgement
+ *    calls kvs_cli_flush_stdout() as it goes.  Library log lines are
+ *    routed through the same one-line format while a command runs.
  */
 #ifndef KVSTASH_TOOLS_CLI_UTIL_H
 #define KVSTASH_TOOLS_CLI_UTIL_H
@@ -19,6 +34,7 @@
 #define KVS_EXIT_OK 0
 #define KVS_EXIT_FAIL 1
 #define KVS_EXIT_USAGE 2
+#define KVS_EXIT_NOTFOUND 3
 
 /* kvs_cli_parse() result when -h or --help was given. */
 #define KVS_CLI_HELP 1
@@ -37,7 +53,7 @@ struct kvs_cli_opt {
 	enum kvs_cli_type type;
 	void *value; /* where the parsed value goes */
 	uint64_t min, max; /* inclusive range for integers and sizes;
-			      max == 0 means the type's own range */
+			      max == 0 means no limit (the type's range) */
 	bool required;
 	bool seen; /* set by kvs_cli_parse() */
 };
@@ -68,39 +84,92 @@ struct kvs_cli_opt {
 		(name), KVS_CLI_FLAG, (ptr), 0, 0, false, false                \
 	}
 
-/* Prints "kvstash @cmd: <message>\n" to stderr. */
+/*
+ * kvs_cli_begin - start command @name (e.g. "store put"; copied): library
+ * log lines go to stderr as "kvstash @name: warning: ..." (warnings,
+ * info, debug) or are held until the command reports the failure
+ * (errors: see kvs_cli_fail).  Called once, by main().
+ */
+void kvs_cli_begin(const char *name);
+
+/*
+ * kvs_cli_end - finish the command that returned @rc: reports a library
+ * error that no message of the command used, then flushes and closes
+ * stdout.  Returns @rc, or KVS_EXIT_FAIL where @rc was 0 and stdout could
+ * not be written (after one line saying why).
+ */
+int kvs_cli_end(int rc);
+
+/*
+ * kvs_cli_flush_stdout - flush stdout now (output that acknowledges work,
+ * such as the ids `store put` prints).  0, or -errno after one line
+ * "kvstash @cmd: standard output: <why>"; that failure is reported once,
+ * kvs_cli_end() does not report it again.
+ */
+int kvs_cli_flush_stdout(const char *cmd);
+
+/* Prints the one line "kvstash @cmd: <message>" to stderr (@cmd NULL:
+ * "kvstash: <message>").  A pending library error (kvs_cli_fail) is
+ * dropped: this line reports the failure. */
 void kvs_cli_error(const char *cmd, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/*
+ * kvs_cli_fail - report the failure @err (negative errno or -KVS_E*) of a
+ * library call about @what (a path, an id; may be NULL), in one line:
+ * the first error the library logged since the last report, if any, else
+ * kvs_strerror(@err); prefixed by "@what: " unless that line already
+ * names @what.  Returns KVS_EXIT_FAIL.
+ */
+int kvs_cli_fail(const char *cmd, int err, const char *what);
+
+/*
+ * kvs_cli_usage_error - a usage error found after parsing: prints
+ * "kvstash @cmd: <message>" and "try 'kvstash @cmd --help'"; returns
+ * KVS_EXIT_USAGE.
+ */
+int kvs_cli_usage_error(const char *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
 /*
  * kvs_cli_parse - parse argv[1 .. argc) against @opts ("--name value" or
  * "--name=value"; "--" ends the options).  Other words are positional and
  * stored, in order, in @pos (at most @max_pos of them; pointers into argv).
- * Returns 0, KVS_CLI_HELP for -h/--help, or -KVS_EPARAM after printing why
- * (unknown option, missing or malformed value, out of range, required
- * option absent, too many positional words).
+ * Returns 0, KVS_CLI_HELP for -h/--help, or -KVS_EPARAM after printing the
+ * one line why (unknown option, missing or malformed value, out of range,
+ * required option absent, too many positional words).
  */
 int kvs_cli_parse(const char *cmd, int argc, char **argv,
 		  struct kvs_cli_opt *opts, size_t n_opts, const char **pos,
 		  size_t max_pos, size_t *n_pos);
 
 /*
- * kvs_cli_usage - turn a kvs_cli_parse() failure into an exit status:
- * prints @usage to stdout for KVS_CLI_HELP (returns 0), to stderr otherwise
- * (returns KVS_EXIT_USAGE).
+ * kvs_cli_usage - turn a kvs_cli_parse() result (or -KVS_EPARAM after a
+ * check of the command's own, already reported with kvs_cli_error) into
+ * an exit status: KVS_CLI_HELP prints @usage to stdout and returns
+ * KVS_EXIT_OK; a failure prints the hint "try 'kvstash @cmd --help'" and
+ * returns KVS_EXIT_USAGE.
  */
-int kvs_cli_usage(const char *usage, int parse_rc);
+int kvs_cli_usage(const char *cmd, const char *usage, int parse_rc);
 
-/* Parses an unsigned integer in [min, max] (decimal or 0x hex); 0 or
- * -KVS_EPARAM after printing "@cmd: --@opt: ...". */
+/* Parses a decimal unsigned integer in [min, max]; 0 or -KVS_EPARAM
+ * after printing "kvstash @cmd: --@opt: ...".  @out untouched on error. */
 int kvs_cli_parse_u64(const char *cmd, const char *opt, const char *s,
 		      uint64_t min, uint64_t max, uint64_t *out);
 
-/* Parses a capacity: an integer with an optional binary suffix K, M, G or T
- * (case-insensitive, optionally followed by "B" or "iB"); 0 or -KVS_EPARAM
- * after printing why. */
+/* Parses a capacity: a decimal integer with an optional binary suffix K,
+ * M, G or T (case-insensitive, optionally followed by "B" or "iB"); 0 or
+ * -KVS_EPARAM after printing why. */
 int kvs_cli_parse_size(const char *cmd, const char *opt, const char *s,
 		       uint64_t *out);
+
+/*
+ * kvs_cli_same_file - whether paths @a and @b name one file: the same
+ * device and inode where both exist, else the same directory entry (same
+ * directory by device and inode, same last component).  Output paths are
+ * checked with it before anything is written.
+ */
+bool kvs_cli_same_file(const char *a, const char *b);
 
 /*
  * kvs_cli_read_file - read the whole of @path.

@@ -1,7 +1,8 @@
 /*
  * cmd.h - the subcommands of the `kvstash` command line.  Each takes the
  * arguments after its own name (argv[0] is the subcommand name) and returns
- * the process exit status: 0 success, 1 failure, 2 usage error or miss.
+ * the process exit status: KVS_EXIT_OK 0, KVS_EXIT_FAIL 1, KVS_EXIT_USAGE 2,
+ * KVS_EXIT_NOTFOUND 3 (a miss); conventions in cli_util.h.
  */
 #ifndef KVSTASH_TOOLS_CMD_H
 #define KVSTASH_TOOLS_CMD_H

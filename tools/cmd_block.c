@@ -109,6 +109,14 @@ static int parse_pack_args(int argc, char **argv, struct pack_args *a)
 		return rc;
 	if (a->residual == 0)
 		a->residual = a->tokens;
+	/* The block's tokens sit at first_pos .. first_pos + tokens - 1. */
+	if (a->first_pos > UINT64_MAX - (a->tokens - 1)) {
+		kvs_cli_error("block pack",
+			      "--first-pos %" PRIu64 " with --tokens %" PRIu32
+			      " puts positions past 2^64 - 1",
+			      a->first_pos, a->tokens);
+		return -KVS_EPARAM;
+	}
 	if (a->layer >= a->layers) {
 		kvs_cli_error("block pack",
 			      "--layer %" PRIu32 " needs "
@@ -296,12 +304,11 @@ static int block_pack(int argc, char **argv)
 
 	rc = parse_pack_args(argc, argv, &a);
 	if (rc != 0)
-		return kvs_cli_usage(block_usage, rc);
-	if (pack_shape(&a, &shape, &dtype, &ident) != 0 ||
-	    kvs_block_layout(&shape, &layout) != 0) {
-		fputs(block_usage, stderr);
-		return KVS_EXIT_USAGE;
-	}
+		return kvs_cli_usage("block pack", block_usage, rc);
+	if (pack_shape(&a, &shape, &dtype, &ident) != 0)
+		return kvs_cli_usage("block pack", block_usage, -KVS_EPARAM);
+	if (kvs_block_layout(&shape, &layout) != 0)
+		return kvs_cli_usage_error("block pack", "invalid shape");
 	/* kvs_shape_check bounds H*N*D to 2^30, so sizes cannot overflow. */
 	kv_bytes = (size_t)a.kv_heads * a.tokens * a.head_dim *
 		   kvs_dtype_size(dtype);
@@ -392,6 +399,25 @@ static int open_block(const char *cmd, const char *path, uint8_t **buf,
 	return rc;
 }
 
+/* Outputs that are one file would leave the Keys overwritten by the
+ * Values; an output that is the block would destroy it. */
+static int check_unpack_paths(const char *block, const char *keys,
+			      const char *values)
+{
+	const char *clash = NULL;
+
+	if (kvs_cli_same_file(keys, values))
+		clash = "--keys and --values";
+	else if (kvs_cli_same_file(block, keys))
+		clash = "--keys and BLOCK";
+	else if (kvs_cli_same_file(block, values))
+		clash = "--values and BLOCK";
+	if (clash == NULL)
+		return 0;
+	kvs_cli_error("block unpack", "%s name the same file", clash);
+	return -KVS_EPARAM;
+}
+
 static int block_unpack(int argc, char **argv)
 {
 	const char *keys_path = NULL, *values_path = NULL, *path;
@@ -406,8 +432,10 @@ static int block_unpack(int argc, char **argv)
 	int rc;
 
 	rc = parse_block_arg("block unpack", argc, argv, opts, 2, &path);
+	if (rc == 0)
+		rc = check_unpack_paths(path, keys_path, values_path);
 	if (rc != 0)
-		return kvs_cli_usage(block_usage, rc);
+		return kvs_cli_usage("block unpack", block_usage, rc);
 	rc = open_block("block unpack", path, &buf, &view);
 	if (rc != 0)
 		return KVS_EXIT_FAIL;
@@ -585,7 +613,7 @@ static int block_inspect(int argc, char **argv)
 
 	rc = parse_block_arg("block inspect", argc, argv, opts, 1, &path);
 	if (rc != 0)
-		return kvs_cli_usage(block_usage, rc);
+		return kvs_cli_usage("block inspect", block_usage, rc);
 	if (kvs_cli_read_file("block inspect", path, &buf, &len) != 0)
 		return KVS_EXIT_FAIL;
 	rc = kvs_header_decode(buf, len, 0, &hdr);
@@ -612,7 +640,7 @@ static int block_verify(int argc, char **argv)
 
 	rc = parse_block_arg("block verify", argc, argv, NULL, 0, &path);
 	if (rc != 0)
-		return kvs_cli_usage(block_usage, rc);
+		return kvs_cli_usage("block verify", block_usage, rc);
 	if (kvs_cli_read_file("block verify", path, &buf, &len) != 0)
 		return KVS_EXIT_FAIL;
 	rc = kvs_object_verify(buf, len, 0);
@@ -639,14 +667,13 @@ int kvs_cmd_block(int argc, char **argv)
 
 	if (argc >= 2 &&
 	    (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0))
-		return kvs_cli_usage(block_usage, KVS_CLI_HELP);
+		return kvs_cli_usage("block", block_usage, KVS_CLI_HELP);
 	for (size_t i = 0; argc >= 2 && i < sizeof(subs) / sizeof(subs[0]); i++)
 		if (strcmp(argv[1], subs[i].name) == 0)
 			return subs[i].run(argc - 1, argv + 1);
 	if (argc >= 2)
-		kvs_cli_error("block", "unknown subcommand '%s'", argv[1]);
-	else
-		kvs_cli_error("block", "which subcommand? pack, unpack, "
-				       "inspect or verify");
-	return kvs_cli_usage(block_usage, -KVS_EPARAM);
+		return kvs_cli_usage_error("block", "unknown subcommand '%s'",
+					   argv[1]);
+	return kvs_cli_usage_error("block", "which subcommand? pack, unpack, "
+					    "inspect or verify");
 }

@@ -243,7 +243,7 @@ int kvs_cmd_demo(int argc, char **argv)
 
 	rc = kvs_cli_parse("demo", argc, argv, NULL, 0, NULL, 0, NULL);
 	if (rc != 0)
-		return kvs_cli_usage("usage: kvstash demo\n", rc);
+		return kvs_cli_usage("demo", "usage: kvstash demo\n", rc);
 	buf = malloc(4 * DEMO_COUNT * sizeof(float));
 	if (buf == NULL) {
 		kvs_cli_error("demo", "out of memory");

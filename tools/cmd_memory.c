@@ -99,7 +99,7 @@ int kvs_cmd_memory(int argc, char **argv)
 	rc = kvs_cli_parse("memory", argc, argv, opts,
 			   sizeof(opts) / sizeof(opts[0]), NULL, 0, NULL);
 	if (rc != 0)
-		return kvs_cli_usage(memory_usage, rc);
+		return kvs_cli_usage("memory", memory_usage, rc);
 	rc = kvs_memory_account(a.tokens, a.head_dim, a.group, a.residual,
 				a.bits, a.meta_bytes, a.float_bytes, a.layers,
 				a.kv_heads, a.batch, &m);
@@ -108,7 +108,7 @@ int kvs_cmd_memory(int argc, char **argv)
 			      "%s: R a multiple of G, G dividing D, "
 			      "bits 2 or 4",
 			      kvs_strerror(rc));
-		return kvs_cli_usage(memory_usage, rc);
+		return kvs_cli_usage("memory", memory_usage, rc);
 	}
 	fp16 = 2.0 * a.layers * a.kv_heads * a.batch * (double)a.tokens *
 	       a.head_dim * 2.0;

@@ -18,8 +18,6 @@
 #include "cmd.h"
 #include "kvstash/client.h"
 
-#define EXIT_NOTFOUND 3
-
 static const char remote_usage[] =
 	"usage: kvstash --server HOST:PORT --auth-key-file FILE [--timeout-ms "
 	"N]\n"
@@ -162,7 +160,7 @@ static int remote_get(struct kvs_client *c, const struct remote_args *a,
 		err = result;
 	if (err == -KVS_ENOTFOUND) {
 		kvs_cli_error("get", "%s: not found", pos[0]);
-		rc = EXIT_NOTFOUND;
+		rc = KVS_EXIT_NOTFOUND;
 	} else if (err) {
 		kvs_cli_error("get", "%s: %s", pos[0], kvs_strerror(err));
 		rc = KVS_EXIT_FAIL;
@@ -222,7 +220,7 @@ static int remote_keys(struct kvs_client *c, const char *cmd, char **pos,
 			       ? (found ? "present" : "absent")
 			       : (found ? "deleted" : "not found"));
 		if (!found && rc == KVS_EXIT_OK)
-			rc = EXIT_NOTFOUND;
+			rc = KVS_EXIT_NOTFOUND;
 	}
 out:
 	free(keys);
@@ -302,29 +300,32 @@ int kvs_cmd_remote(int argc, char **argv)
 			   &n_pos);
 	if (rc) {
 		free(pos);
-		return kvs_cli_usage(remote_usage, rc);
+		return kvs_cli_usage("remote", remote_usage, rc);
 	}
 	sub = n_pos ? pos[0] : NULL;
 	for (need = 0; sub && need < 5; need++)
 		if (strcmp(sub, subs[need]) == 0)
 			break;
 	if (!sub || need == 5) {
-		kvs_cli_error("remote",
-			      sub ? "unknown command '%s'"
-				  : "which command? put, get, exists, "
-				    "delete or stat%s",
-			      sub ? sub : "");
 		free(pos);
-		return kvs_cli_usage(remote_usage, -KVS_EPARAM);
+		if (sub)
+			return kvs_cli_usage_error("remote",
+						   "unknown command '%s'", sub);
+		return kvs_cli_usage_error("remote",
+					   "which command? put, get, exists, "
+					   "delete or stat");
 	}
 	if ((strcmp(sub, "stat") == 0 && n_pos != 1) ||
 	    (strcmp(sub, "get") == 0 && (n_pos != 2 || !a.out)) ||
 	    (strcmp(sub, "stat") != 0 && n_pos < 2)) {
-		kvs_cli_error(sub, strcmp(sub, "get") == 0 && n_pos == 2
-					   ? "where to? (--out FILE missing)"
-					   : "wrong number of arguments");
+		bool no_out = strcmp(sub, "get") == 0 && n_pos == 2;
+
 		free(pos);
-		return kvs_cli_usage(remote_usage, -KVS_EPARAM);
+		return kvs_cli_usage_error(
+			sub, "%s",
+			no_out ? "where to? (--out FILE "
+				 "missing)"
+			       : "wrong number of arguments");
 	}
 	if (connect_to(sub, &a, &c)) {
 		free(pos);

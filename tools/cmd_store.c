@@ -39,9 +39,9 @@ static const char store_usage[] =
 	"ID: 64 hex digits of the span id, ':' and the layer, as put prints.\n"
 	"Capacities take K, M, G or T suffixes (binary).  put prints one id\n"
 	"per block, in order; with --durable an id is printed only once its\n"
-	"block is on the device (fdatasync).  get exits 2 on a miss.  fsck "
-	"exits 1\n"
-	"when bad records remain (run it again with --repair to drop them).\n";
+	"block is on the device (fdatasync); put exits 1 if the ids cannot be\n"
+	"written to stdout.  get exits 3 on a miss.  fsck exits 1 when bad\n"
+	"records remain (run it again with --repair to drop them).\n";
 
 struct store_args {
 	const char *dir, *out;
@@ -90,10 +90,10 @@ static int open_store(const char *cmd, const struct store_args *a, bool create,
 	o.segment_size = a->segment;
 	o.create = create;
 	err = kvs_store_open(a->dir, &o, out);
-	if (err)
-		kvs_cli_error(cmd, "%s: %s", a->dir,
-			      err == -ENOENT ? "no store there"
-					     : kvs_strerror(err));
+	if (err == -ENOENT && !create)
+		kvs_cli_error(cmd, "%s: no store there", a->dir);
+	else if (err)
+		kvs_cli_fail(cmd, err, a->dir);
 	return err;
 }
 
@@ -122,8 +122,7 @@ static int put_chunk(struct kvs_store *s, char **paths, size_t n,
 		char text[KVS_STORE_KEY_TEXT];
 
 		if (res[i]) {
-			kvs_cli_error("store put", "%s: %s", paths[i],
-				      kvs_strerror(res[i]));
+			kvs_cli_fail("store put", res[i], paths[i]);
 			err = res[i];
 			break;
 		}
@@ -131,7 +130,10 @@ static int put_chunk(struct kvs_store *s, char **paths, size_t n,
 		kvs_store_key_format(&key, text);
 		printf("%s\n", text);
 	}
-	fflush(stdout);
+	/* The ids are the acknowledgement: one that cannot be printed
+	 * fails the put, and no more blocks are put. */
+	if (kvs_cli_flush_stdout("store put") != 0 && err == 0)
+		err = -EIO;
 	for (i = 0; i < PUT_CHUNK; i++)
 		free(objs[i]);
 	return err;
@@ -145,10 +147,9 @@ static int store_put(int argc, char **argv, struct store_args *a, char **pos,
 	struct kvs_store *s;
 	int err = 0;
 
-	if (n_pos == 0) {
-		kvs_cli_error("store put", "which blocks? (BLOCK missing)");
-		return kvs_cli_usage(store_usage, -KVS_EPARAM);
-	}
+	if (n_pos == 0)
+		return kvs_cli_usage_error("store put",
+					   "which blocks? (BLOCK missing)");
 	if (open_store("store put", a, true, &s))
 		return KVS_EXIT_FAIL;
 	for (size_t i = 0; i < n_pos && !err; i += PUT_CHUNK)
@@ -167,28 +168,24 @@ static int store_get(int argc, char **argv, struct store_args *a, char **pos,
 	struct kvs_store *s;
 	int err, rc;
 
-	if (n_pos != 1 || !a->out) {
-		kvs_cli_error("store get",
-			      n_pos != 1 ? "which id? (one ID)"
-					 : "where to? (--out FILE missing)");
-		return kvs_cli_usage(store_usage, -KVS_EPARAM);
-	}
-	if (kvs_store_key_parse(pos[0], &key)) {
-		kvs_cli_error("store get",
-			      "'%s' is not an id (64 hex "
-			      "digits, ':' and the layer)",
-			      pos[0]);
-		return KVS_EXIT_USAGE;
-	}
+	if (n_pos != 1 || !a->out)
+		return kvs_cli_usage_error("store get", "%s",
+					   n_pos != 1 ? "which id? (one ID)"
+						      : "where to? (--out FILE "
+							"missing)");
+	if (kvs_store_key_parse(pos[0], &key))
+		return kvs_cli_usage_error("store get",
+					   "'%s' is not an id (64 hex "
+					   "digits, ':' and the layer)",
+					   pos[0]);
 	if (open_store("store get", a, false, &s))
 		return KVS_EXIT_FAIL;
 	err = kvs_store_get(s, &key, &ref);
 	if (err == -KVS_ENOTFOUND) {
 		kvs_cli_error("store get", "%s: not found", pos[0]);
-		rc = KVS_EXIT_USAGE;
+		rc = KVS_EXIT_NOTFOUND;
 	} else if (err) {
-		kvs_cli_error("store get", "%s: %s", pos[0], kvs_strerror(err));
-		rc = KVS_EXIT_FAIL;
+		rc = kvs_cli_fail("store get", err, pos[0]);
 	} else {
 		rc = kvs_cli_write_file("store get", a->out,
 					kvs_store_ref_data(ref),
@@ -239,10 +236,9 @@ static int store_stat(int argc, char **argv, struct store_args *a, char **pos,
 	struct kvs_store *s;
 	struct kvs_cli_json j;
 
-	if (n_pos) {
-		kvs_cli_error("store stat", "unexpected '%s'", pos[0]);
-		return kvs_cli_usage(store_usage, -KVS_EPARAM);
-	}
+	if (n_pos)
+		return kvs_cli_usage_error("store stat", "unexpected '%s'",
+					   pos[0]);
 	if (open_store("store stat", a, false, &s))
 		return KVS_EXIT_FAIL;
 	kvs_store_stats_get(s, &st);
@@ -309,10 +305,9 @@ static int store_fsck(int argc, char **argv, struct store_args *a, char **pos,
 	struct kvs_cli_json j;
 	int err;
 
-	if (n_pos) {
-		kvs_cli_error("store fsck", "unexpected '%s'", pos[0]);
-		return kvs_cli_usage(store_usage, -KVS_EPARAM);
-	}
+	if (n_pos)
+		return kvs_cli_usage_error("store fsck", "unexpected '%s'",
+					   pos[0]);
 	if (a->json) {
 		kvs_cli_json_init(&j, stdout);
 		kvs_cli_json_object_begin(&j, NULL);
@@ -339,12 +334,12 @@ static int store_fsck(int argc, char **argv, struct store_args *a, char **pos,
 		kvs_cli_json_object_end(&j);
 		kvs_cli_json_finish(&j);
 	}
-	if (err) {
-		kvs_cli_error("store fsck", "%s: %s", a->dir,
-			      err == -ENOENT ? "no store there"
-					     : kvs_strerror(err));
+	if (err == -ENOENT) {
+		kvs_cli_error("store fsck", "%s: no store there", a->dir);
 		return KVS_EXIT_FAIL;
 	}
+	if (err)
+		return kvs_cli_fail("store fsck", err, a->dir);
 	if (!a->json)
 		printf("%" PRIu64 " segments: %" PRIu64 " good, %" PRIu64
 		       " corrupt, %" PRIu64 " torn, %" PRIu64 " superseded%s\n",
@@ -386,14 +381,16 @@ int kvs_cmd_store(int argc, char **argv)
 
 	if (argc >= 2 &&
 	    (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0))
-		return kvs_cli_usage(store_usage, KVS_CLI_HELP);
+		return kvs_cli_usage("store", store_usage, KVS_CLI_HELP);
 	for (size_t i = 0; argc >= 2 && i < sizeof(subs) / sizeof(subs[0]);
 	     i++) {
 		if (strcmp(argv[1], subs[i].name) != 0)
 			continue;
 		pos = calloc((size_t)argc, sizeof(*pos));
-		if (!pos)
+		if (!pos) {
+			kvs_cli_error("store", "out of memory");
 			return KVS_EXIT_FAIL;
+		}
 		snprintf(name, sizeof(name), "store %s", subs[i].name);
 		rc = kvs_cli_parse(name, argc - 1, argv + 1, opts,
 				   sizeof(opts) / sizeof(opts[0]), pos,
@@ -402,14 +399,13 @@ int kvs_cmd_store(int argc, char **argv)
 			rc = subs[i].run(argc - 1, argv + 1, &a, (char **)pos,
 					 n_pos);
 		else
-			rc = kvs_cli_usage(store_usage, rc);
+			rc = kvs_cli_usage(name, store_usage, rc);
 		free(pos);
 		return rc;
 	}
 	if (argc >= 2)
-		kvs_cli_error("store", "unknown subcommand '%s'", argv[1]);
-	else
-		kvs_cli_error("store", "which subcommand? put, get, stat or "
-				       "fsck");
-	return kvs_cli_usage(store_usage, -KVS_EPARAM);
+		return kvs_cli_usage_error("store", "unknown subcommand '%s'",
+					   argv[1]);
+	return kvs_cli_usage_error("store", "which subcommand? put, get, "
+					    "stat or fsck");
 }

@@ -105,7 +105,7 @@ int kvs_cmd_trace(int argc, char **argv)
 		rc = -KVS_EPARAM;
 	}
 	if (rc != 0)
-		return kvs_cli_usage(trace_usage, rc);
+		return kvs_cli_usage("trace", trace_usage, rc);
 	rows = calloc(steps > 0 ? steps : 1, sizeof(*rows));
 	if (rows == NULL) {
 		kvs_cli_error("trace", "out of memory for %" PRIu32 " rows",

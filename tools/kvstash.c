@@ -1,18 +1,31 @@
 /*
  * kvstash.c - entry point of the `kvstash` command line: a table from the
- * first word to the subcommand that handles the rest.
+ * first word to the subcommand that handles the rest.  Every command runs
+ * between kvs_cli_begin() and kvs_cli_end() (cli_util.h), which give it
+ * one-line messages and a checked stdout.
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "cli_util.h"
 #include "cmd.h"
 #include "kvs_config.h"
 
 struct command {
 	const char *name;
 	int (*run)(int argc, char **argv);
+	bool has_subcommands; /* its first word names a subcommand */
 	const char *help;
 };
+
+static const char bench_usage[] =
+	"usage: kvstash bench format [options]   (kvstash bench format "
+	"--help)\n"
+	"       kvstash bench store --dir DIR [options]\n"
+	"\n"
+	"format: pack, unpack and verify on one core beside memcpy.\n"
+	"store: the store engine's DRAM and NVMe throughput and recovery.\n"
+	"transport: a kvstashd's get/put throughput and lookup latency.\n";
 
 static int cmd_bench(int argc, char **argv)
 {
@@ -24,46 +37,85 @@ static int cmd_bench(int argc, char **argv)
 	if (argc >= 2 && strcmp(argv[1], "transport") == 0)
 		return kvs_bench_transport(argc - 1, argv + 1);
 #endif
-	fprintf(stderr,
-		"usage: kvstash bench format|store|transport [options]\n");
-	return 2;
+	if (argc >= 2 &&
+	    (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0))
+		return kvs_cli_usage("bench", bench_usage, KVS_CLI_HELP);
+	if (argc >= 2)
+		return kvs_cli_usage_error("bench", "unknown benchmark '%s'",
+					   argv[1]);
+	return kvs_cli_usage_error("bench", "which benchmark? format, store "
+					    "or transport");
 }
 
 static const struct command commands[] = {
-	{ "block", kvs_cmd_block, "pack, unpack, inspect and verify blocks" },
-	{ "trace", kvs_cmd_trace, "residual lengths per decode step" },
-	{ "memory", kvs_cmd_memory, "the memory formula beside format bytes" },
-	{ "demo", kvs_cmd_demo, "walk-through: pack, verify, unpack, report" },
-	{ "store", kvs_cmd_store, "put/get/stat/fsck on a store directory" },
-	{ "bench", cmd_bench, "benchmarks: format, store" },
+	{ "block", kvs_cmd_block, true,
+	  "pack, unpack, inspect and verify blocks" },
+	{ "trace", kvs_cmd_trace, false, "residual lengths per decode step" },
+	{ "memory", kvs_cmd_memory, false,
+	  "the memory formula beside format bytes" },
+	{ "demo", kvs_cmd_demo, false,
+	  "walk-through: pack, verify, unpack, report" },
+	{ "store", kvs_cmd_store, true,
+	  "put/get/stat/fsck on a store directory" },
+	{ "bench", cmd_bench, true, "benchmarks: format, store, transport" },
 };
 
-static void usage(FILE *f)
+static void usage(void)
 {
-	fprintf(f, "usage: kvstash <command> [options]\n\ncommands:\n");
+	printf("usage: kvstash <command> [options]\n"
+	       "       kvstash --version\n\ncommands:\n");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].help);
+		printf("  %-8s %s\n", commands[i].name, commands[i].help);
+	printf("\n'kvstash <command> --help' describes each.  Exit status: 0 "
+	       "ok, 1 failure,\n2 usage error, 3 not found.\n");
+}
+
+/* The name messages use: "store put" for a command with subcommands. */
+static void command_name(const struct command *c, int argc, char **argv,
+			 char *out, size_t size)
+{
+	if (c->has_subcommands && argc >= 3 && argv[2][0] != '-')
+		snprintf(out, size, "%s %s", c->name, argv[2]);
+	else
+		snprintf(out, size, "%s", c->name);
 }
 
 int main(int argc, char **argv)
 {
+	char name[64];
+
 	if (argc < 2) {
-		usage(stderr);
-		return 2;
+		kvs_cli_begin("");
+		return kvs_cli_end(kvs_cli_usage_error(NULL,
+						       "which command? "
+						       "(kvstash --help lists "
+						       "them)"));
 	}
 #if KVS_HAVE_UCX
 	if (strncmp(argv[1], "--server", 8) == 0 ||
-	    strncmp(argv[1], "--auth-key-file", 15) == 0)
-		return kvs_cmd_remote(argc, argv);
+	    strncmp(argv[1], "--auth-key-file", 15) == 0) {
+		kvs_cli_begin("remote");
+		return kvs_cli_end(kvs_cmd_remote(argc, argv));
+	}
 #endif
 	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
-		usage(stdout);
-		return 0;
+		kvs_cli_begin("");
+		usage();
+		return kvs_cli_end(KVS_EXIT_OK);
 	}
-	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		if (strcmp(argv[1], commands[i].name) == 0)
-			return commands[i].run(argc - 1, argv + 1);
-	fprintf(stderr, "kvstash: unknown command '%s'\n", argv[1]);
-	usage(stderr);
-	return 2;
+	if (strcmp(argv[1], "--version") == 0) {
+		kvs_cli_begin("");
+		printf("kvstash %s\n", KVS_VERSION);
+		return kvs_cli_end(KVS_EXIT_OK);
+	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+		if (strcmp(argv[1], commands[i].name) != 0)
+			continue;
+		command_name(&commands[i], argc, argv, name, sizeof(name));
+		kvs_cli_begin(name);
+		return kvs_cli_end(commands[i].run(argc - 1, argv + 1));
+	}
+	kvs_cli_begin("");
+	return kvs_cli_end(
+		kvs_cli_usage_error(NULL, "unknown command '%s'", argv[1]));
 }

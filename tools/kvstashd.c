@@ -331,7 +331,7 @@ int main(int argc, char **argv)
 	opts_table(&a, o);
 	rc = kvs_cli_parse("kvstashd", argc, argv, o, N_OPTS, NULL, 0, NULL);
 	if (rc)
-		return kvs_cli_usage(usage, rc);
+		return kvs_cli_usage("kvstashd", usage, rc);
 	if (a.config && apply_config(&a, o))
 		return KVS_EXIT_USAGE;
 	if (setup(&a, &so, tenants, &n_tenants))

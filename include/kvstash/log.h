@@ -22,6 +22,16 @@ enum kvs_log_level {
 };
 
 void kvs_log_set_level(enum kvs_log_level level);
+
+/*
+ * kvs_log_set_sink - send the lines that pass the threshold to @sink
+ * instead of stderr: it gets the level, the line without a newline, and
+ * @arg.  NULL restores stderr.  Set it before other threads log (a program
+ * sets it once, at start); @sink may be called from any thread.
+ */
+void kvs_log_set_sink(void (*sink)(enum kvs_log_level level, const char *line,
+				   void *arg),
+		      void *arg);
 int kvs_log_enabled(enum kvs_log_level level);
 void kvs_log(enum kvs_log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

@@ -6,6 +6,9 @@ cli_store_test.py KVSTASH WORKDIR: packs a few small blocks with
 back byte-identical, checks stat and fsck output, damages a record and
 checks that it becomes a miss, that fsck names it and --repair drops it;
 appends garbage to the newest segment (a torn tail): stat counts it once.
+Then the command line's conventions: exit 3 for a miss only, one stderr
+line per failure, usage errors with a hint, sizes, and a failed write of
+the output (stdout on /dev/full) as a failure.
 Exit status 0 on success, 1 with a message on the first failure.
 """
 import json
@@ -21,7 +24,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "tools"))
 import cli_test  # noqa: E402
-from cli_test import Failure, check  # noqa: E402
+from cli_test import Failure, check, one_line  # noqa: E402
 
 
 def run(kvstash, *args, expect=None):
@@ -48,6 +51,95 @@ def pack(kvstash, tmp, i, rng):
         "--dtype", "f32", "--keys", names[0], "--values", names[1],
         "--token-ids", ids, "--out", out, expect=0)
     return out
+
+
+def usage_error(kvstash, args, cmd):
+    cli_test.KVSTASH = kvstash
+    return cli_test.usage_error(args, cmd)
+
+
+def failure(kvstash, args, cmd, expect=1):
+    cli_test.KVSTASH = kvstash
+    return cli_test.failure(args, cmd, expect)
+
+
+def check_full(kvstash, args, cmd):
+    cli_test.KVSTASH = kvstash
+    cli_test.check_full(args, cmd)
+
+
+def check_conventions(kvstash, tmp, st, ids, blocks, rng):
+    """Exit statuses, one-line messages, checked stdout, sizes."""
+    x = os.path.join(tmp, "miss-out")
+    # a miss is 3 and nothing else is; one line names the id
+    line = failure(kvstash, ["store", "get", "--dir", st, "1" * 64 + ":7",
+                             "--out", x], "store get", expect=3)
+    check(line.endswith("1" * 64 + ":7: not found"), line)
+    check(not os.path.exists(x), "a miss wrote --out")
+    # failures: one line each, the library's cause included, no second
+    # line from the engine's log
+    line = failure(kvstash, ["store", "stat", "--dir",
+                             os.path.join(tmp, "none")], "store stat")
+    check("no store" in line, line)
+    failure(kvstash, ["store", "fsck", "--dir", os.path.join(tmp, "none")],
+            "store fsck")
+    plain = os.path.join(tmp, "plain-file")
+    with open(plain, "wb") as f:
+        f.write(b"not a directory")
+    line = failure(kvstash, ["store", "put", "--dir",
+                             os.path.join(plain, "s"), blocks[0]],
+                   "store put")
+    check("Not a directory" in line, "put under a file: %r" % line)
+    failure(kvstash, ["store", "put", "--dir", st,
+                      os.path.join(tmp, "missing.blk")], "store put")
+    # usage errors: one line and the hint
+    usage_error(kvstash, ["store", "get", "--dir", st, ids[0]], "store get")
+    usage_error(kvstash, ["store", "get", "--dir", st, "zz", "--out", x],
+                "store get")
+    usage_error(kvstash, ["store", "put", "--dir", st], "store put")
+    usage_error(kvstash, ["store", "stat", "--dir", st, "extra"],
+                "store stat")
+    usage_error(kvstash, ["store", "fsck"], "store fsck")
+    # sizes: suffixes and leading zeros; no upper bound of 0 for no limit
+    line = usage_error(kvstash, ["store", "put", "--dir", st,
+                                 "--nvme-capacity", "1K", blocks[0]],
+                       "store put")
+    check(line.endswith("--nvme-capacity: 1K is out of range: must be at "
+                        "least 1M"), line)
+    line = usage_error(kvstash, ["store", "put", "--dir", st,
+                                 "--segment-size", "2G", blocks[0]],
+                       "store put")
+    check(line.endswith("must be between 256K and 1G"), line)
+    line = usage_error(kvstash, ["store", "put", "--dir", st,
+                                 "--dram-capacity", "0x100000", blocks[0]],
+                       "store put")
+    check("0x100000" in line, line)
+    _, out, _ = run(kvstash, "store", "put", "--dir", st, "--dram-capacity",
+                    "01M", "--nvme-capacity", "064MiB", blocks[0],
+                    expect=0)
+    check(out.split() == [ids[0]], "put with 01M/064MiB: %r" % out)
+    for args in (["store", "--help"], ["store", "put", "--help"]):
+        _, out, err = run(kvstash, *args, expect=0)
+        check(out.startswith("usage: ") and "exits 3 on a miss" in out and
+              err == "", "%s: %r %r" % (args, out, err))
+
+    if not os.path.exists("/dev/full"):
+        return
+    # The ids put prints are the acknowledgement: if they cannot be
+    # written, put fails.
+    new = pack(kvstash, tmp, 99, rng)
+    check_full(kvstash, ["store", "put", "--dir", st, new], "store put")
+    check_full(kvstash, ["store", "put", "--dir", st, "--durable", new],
+               "store put")
+    check_full(kvstash, ["store", "stat", "--dir", st], "store stat")
+    check_full(kvstash, ["store", "stat", "--dir", st, "--json"],
+               "store stat")
+    check_full(kvstash, ["store", "fsck", "--dir", st], "store fsck")
+    check_full(kvstash, ["store", "fsck", "--dir", st, "--json"],
+               "store fsck")
+    check_full(kvstash, ["store", "--help"], "store")
+    failure(kvstash, ["store", "get", "--dir", st, ids[0], "--out",
+                      "/dev/full"], "store get")
 
 
 def main():
@@ -78,10 +170,10 @@ def main():
             with open(got, "rb") as a, open(blocks[i], "rb") as b:
                 check(a.read() == b.read(), "block %d differs" % i)
 
-        # misses and bad ids: exit 2, one line
+        # a miss: exit 3, one line; a bad id: exit 2
         rc, _, err = run(kvstash, "store", "get", "--dir", st,
                          "0" * 64 + ":0", "--out", os.path.join(tmp, "x"))
-        check(rc == 2 and err.count("\n") == 1, "miss: %d %r" % (rc, err))
+        check(rc == 3 and err.count("\n") == 1, "miss: %d %r" % (rc, err))
         rc, _, _ = run(kvstash, "store", "get", "--dir", st, "zz",
                        "--out", os.path.join(tmp, "x"))
         check(rc == 2, "bad id exit %d" % rc)
@@ -128,7 +220,7 @@ def main():
             fh.write(bytes([b[0] ^ 0x01]))
         rc, _, _ = run(kvstash, "store", "get", "--dir", st, ids[1],
                        "--out", os.path.join(tmp, "x"))
-        check(rc == 2, "damaged block served (exit %d)" % rc)
+        check(rc == 3, "damaged block served (exit %d)" % rc)
         run(kvstash, "store", "get", "--dir", st, ids[2], "--out",
             os.path.join(tmp, "x"), expect=0)
         rc, out, _ = run(kvstash, "store", "fsck", "--dir", st, "--json")
@@ -163,6 +255,7 @@ def main():
         for i in (0, 2, 3, 4, 5):
             run(kvstash, "store", "get", "--dir", st, ids[i], "--out",
                 os.path.join(tmp, "x"), expect=0)
+        check_conventions(kvstash, tmp, st, ids, blocks, rng)
     except Failure as e:
         print("FAIL:", e)
         return 1

@@ -2,7 +2,7 @@
 """Integration tests of the `kvstash` command line.
 
 Drives the real binary: cli_test.py KVSTASH GROUP, where GROUP is one of
-block, errors, trace, memory, args, demo, bench.  Every check asserts a
+block, errors, trace, memory, args, demo, bench, conventions.  Every check asserts a
 result (exit status, bytes, numbers); the first failure stops the group
 with a message and exit status 1.
 """
@@ -10,6 +10,7 @@ import json
 import math
 import os
 import random
+import re
 import struct
 import subprocess
 import sys
@@ -20,6 +21,10 @@ TMP = None
 
 
 class Failure(Exception):
+    pass
+
+
+class Skip(Exception):
     pass
 
 
@@ -398,42 +403,208 @@ def test_memory():
     check(rc == 2 and err, "R not a multiple of G accepted by memory")
 
 
+def usage_error(args, cmd):
+    """kvstash @args must be a usage error of @cmd ("store get"; None for
+    kvstash itself): exit 2, its one line and the one-line hint."""
+    rc, out, err = run(*args)
+    what = "kvstash " + " ".join(map(str, args))
+    check(rc == 2, "%s: exit %d, expected 2" % (what, rc))
+    lines = err.splitlines()
+    name = "kvstash" + (" " + cmd if cmd else "")
+    check(len(lines) == 2 and err.endswith("\n"),
+          "%s: expected an error line and a hint, got %r" % (what, err))
+    check(lines[0].startswith(name + ": ") and
+          len(lines[0]) > len(name) + 2,
+          "%s: error line does not name %r: %r" % (what, name, lines[0]))
+    check(lines[1] == "try '%s --help'" % name,
+          "%s: hint is %r" % (what, lines[1]))
+    check(out == "", "%s: printed on stdout: %r" % (what, out))
+    return lines[0]
+
+
+def failure(args, cmd, expect=1):
+    """kvstash @args must fail with exit @expect and one stderr line naming
+    @cmd; returns that line."""
+    rc, _, err = run(*args)
+    what = "kvstash " + " ".join(map(str, args))
+    check(rc == expect, "%s: exit %d, expected %d" % (what, rc, expect))
+    line = one_line(err, what)
+    check(line.startswith("kvstash %s: " % cmd),
+          "%s: line does not name %r: %r" % (what, cmd, line))
+    return line
+
+
 def test_args():
     cases = [
-        [],
-        ["frobnicate"],
-        ["block"],
-        ["block", "frob"],
-        ["block", "pack"],
-        ["block", "verify"],
-        ["block", "verify", "a", "b"],
-        ["block", "inspect", "--yaml", "x"],
-        ["block", "unpack", "x.blk", "--keys", "k"],
-        ["trace", "--residual", "4", "--group", "2"],
-        ["trace", "--residual", "four", "--group", "2", "--steps", "3"],
-        ["trace", "--residual", "-4", "--group", "2", "--steps", "3"],
-        ["trace", "--residual", "4", "--group", "2", "--steps"],
-        ["trace", "--residual", "4", "--residual", "4", "--group", "2",
-         "--steps", "3"],
-        ["trace", "--residual", "99999999999", "--group", "2", "--steps",
-         "3"],
-        ["memory", "--tokens", "10"],
-        ["demo", "extra"],
-        ["bench", "format", "--seconds", "x"],
-        ["bench", "nothing"],
+        ([], None),
+        (["frobnicate"], None),
+        (["block"], "block"),
+        (["block", "frob"], "block"),
+        (["block", "pack"], "block pack"),
+        (["block", "verify"], "block verify"),
+        (["block", "verify", "a", "b"], "block verify"),
+        (["block", "inspect", "--yaml", "x"], "block inspect"),
+        (["block", "unpack", "x.blk", "--keys", "k"], "block unpack"),
+        (["trace", "--residual", "4", "--group", "2"], "trace"),
+        (["trace", "--residual", "four", "--group", "2", "--steps", "3"],
+         "trace"),
+        (["trace", "--residual", "-4", "--group", "2", "--steps", "3"],
+         "trace"),
+        (["trace", "--residual", "4", "--group", "2", "--steps"], "trace"),
+        (["trace", "--residual", "4", "--residual", "4", "--group", "2",
+          "--steps", "3"], "trace"),
+        (["trace", "--residual", "99999999999", "--group", "2", "--steps",
+          "3"], "trace"),
+        (["trace", "--residual", "3", "--group", "2", "--steps", "3"],
+         "trace"),
+        (["memory", "--tokens", "10"], "memory"),
+        (["demo", "extra"], "demo"),
+        (["bench"], "bench"),
+        (["bench", "nothing"], "bench"),
+        (["bench", "format", "--seconds", "x"], "bench format"),
+        (["bench", "format", "--seconds", "0"], "bench format"),
+        # a shape the benchmark cannot run is a usage error, not a failure
+        (["bench", "format", "--tokens", "100"], "bench format"),
+        (["bench", "store"], "bench store"),
+        (["store"], "store"),
+        (["store", "frob"], "store"),
+        (["store", "put", "--dir", TMP], "store put"),
+        (["store", "get", "--dir", TMP, "x"], "store get"),
+        (["store", "stat"], "store stat"),
     ]
-    for args in cases:
-        rc, out, err = run(*args)
-        check(rc == 2, "kvstash %s: exit %d, expected 2" %
-              (" ".join(args), rc))
-        check(err.strip(), "kvstash %s: no message" % " ".join(args))
-    for args in (["--help"], ["block", "--help"], ["block", "pack", "-h"],
-                 ["trace", "--help"], ["memory", "--help"]):
-        rc, out, _ = run(*args, expect=0)
-        check("usage" in out, "kvstash %s: no usage" % " ".join(args))
+    for args, cmd in cases:
+        usage_error(args, cmd)
+    for args in (["--help"], ["-h"], ["block", "--help"],
+                 ["block", "pack", "-h"], ["block", "unpack", "--help"],
+                 ["trace", "--help"], ["memory", "--help"],
+                 ["demo", "--help"], ["bench", "--help"],
+                 ["bench", "format", "--help"], ["bench", "store", "--help"],
+                 ["store", "--help"], ["store", "get", "--help"]):
+        rc, out, err = run(*args, expect=0)
+        check(out.startswith("usage: "),
+              "kvstash %s: no usage" % " ".join(args))
+        check(err == "", "kvstash %s: stderr %r" % (" ".join(args), err))
+    # Failures that are not usage errors: one line, no hint, exit 1.
+    failure(["block", "verify", path("missing.blk")], "block verify")
+    failure(["block", "inspect", path("missing.blk")], "block inspect")
     _, out, _ = run("trace", "--residual=4", "--group=2", "--steps=5",
                     "--json", expect=0)
     check(len(json.loads(out)) == 5, "--name=value form")
+
+
+def project_version():
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                        "..", "meson.build")
+    with open(root) as f:
+        m = re.search(r"project\([^)]*?version:\s*'([^']+)'", f.read(),
+                      re.S)
+    check(m is not None, "no version in meson.build")
+    return m.group(1)
+
+
+def run_to_full(*args):
+    """Runs kvstash with stdout on /dev/full; returns (rc, stderr)."""
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([KVSTASH] + [str(a) for a in args], stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+    return p.returncode, p.stderr
+
+
+def check_full(args, cmd):
+    """Output that cannot be written is a failure: exit 1, one line."""
+    rc, err = run_to_full(*args)
+    what = "kvstash %s > /dev/full" % " ".join(map(str, args))
+    check(rc == 1, "%s: exit %d, expected 1" % (what, rc))
+    line = one_line(err, what)
+    name = "kvstash" + (" " + cmd if cmd else "")
+    check(line == name + ": standard output: No space left on device",
+          "%s: %r" % (what, line))
+
+
+def test_conventions():
+    # --version: the project's version, from meson through the config
+    _, out, err = run("--version", expect=0)
+    check(out == "kvstash %s\n" % project_version() and err == "",
+          "--version printed %r" % out)
+
+    # Numbers are decimal: a leading zero is not octal, hex is refused.
+    _, out, _ = run("trace", "--residual", "04", "--group", "02",
+                    "--steps", "010", "--json", expect=0)
+    check(len(json.loads(out)) == 10, "--steps 010 gave %d rows, not 10"
+          % len(json.loads(out)))
+    c = Case("dec", heads=1, dim=64, tokens=32, seed=9)
+    run(*c.pack_args(), expect=0)
+    plain = read("dec.blk")
+    run(*c.pack_args(**{"head-dim": "064", "kv-heads": "001"}), expect=0)
+    check(read("dec.blk") == plain, "--head-dim 064 is not 64")
+    line = usage_error(c.pack_args(**{"head-dim": "0x40"}), "block pack")
+    check("decimal" in line and "0x40" in line, "hex refused as %r" % line)
+
+    # Positions past 2^64 - 1 are refused; up to it they are fine.
+    last = (1 << 64) - 32
+    run(*c.pack_args(**{"first-pos": last}), expect=0)
+    _, doc = inspect_json(c.block)
+    check(doc["first_pos"] == last, "first_pos %s" % doc["first_pos"])
+    os.unlink(c.block)
+    line = usage_error(c.pack_args(**{"first-pos": last + 1}),
+                       "block pack")
+    check("first-pos" in line, "wrap refused as %r" % line)
+    check(not os.path.exists(c.block), "refused pack wrote its output")
+    usage_error(c.pack_args(**{"first-pos": 1 << 64}), "block pack")
+
+    # block unpack: the two outputs (or an output and the block) must be
+    # different files, by name, by hard link or by symbolic link.
+    run(*c.pack_args(), expect=0)
+    keep = write("keep.f32", b"precious")
+    os.link(keep, path("keep.link"))
+    os.symlink(keep, path("keep.sym"))
+    for k, v in ((path("kv.f32"), path("kv.f32")),
+                 (path("kv.f32"), os.path.join(TMP, ".", "kv.f32")),
+                 (keep, path("keep.link")),
+                 (path("keep.sym"), keep),
+                 (c.block, path("v.f32")),
+                 (path("k.f32"), c.block)):
+        line = usage_error(["block", "unpack", c.block, "--keys", k,
+                            "--values", v], "block unpack")
+        check("same file" in line, "same-file refusal says %r" % line)
+        check(not os.path.exists(path("kv.f32")) and
+              read("keep.f32") == b"precious" and
+              read("dec.blk") == plain,
+              "refused unpack (%s, %s) wrote something" % (k, v))
+    run("block", "unpack", c.block, "--keys", path("k.f32"), "--values",
+        path("v.f32"), expect=0)
+
+    # Sizes take K/M/G suffixes; a range without an upper limit never
+    # prints one of 0.
+    line = usage_error(["bench", "store", "--dir", TMP, "--dram-bytes",
+                        "1K"], "bench store")
+    check(line.endswith("must be between 1M and 16G"), line)
+    line = usage_error(["bench", "format", "--tokens", "0"], "bench format")
+    check(line.endswith("must be between 1 and 1048576"), line)
+
+    # Output write errors are errors (exit 1, one line).
+    if not os.path.exists("/dev/full"):
+        raise Skip("/dev/full is missing: output write errors not tested")
+    check_full(["--version"], None)
+    check_full(["--help"], None)
+    check_full(["trace", "--help"], "trace")
+    check_full(["trace", "--residual", 4, "--group", 2, "--steps", 9],
+               "trace")
+    check_full(["trace", "--residual", 4, "--group", 2, "--steps", 5000,
+                "--json"], "trace")
+    check_full(["memory", "--tokens", 4096, "--head-dim", 128, "--group",
+                32, "--residual", 128, "--bits", 2, "--meta-bytes", 2,
+                "--float-bytes", 2, "--json"], "memory")
+    check_full(["block", "inspect", c.block, "--json"], "block inspect")
+    check_full(["block", "inspect", c.block], "block inspect")
+    check_full(["block", "verify", c.block], "block verify")
+    check_full(c.pack_args(), "block pack")
+    check_full(["demo"], "demo")
+    check_full(["bench", "format", "--heads", 1, "--head-dim", 32,
+                "--tokens", 32, "--seconds", 0.05], "bench format")
+    # A file output on a full device is the same kind of failure.
+    failure(["block", "unpack", c.block, "--keys", "/dev/full", "--values",
+             path("v2.f32")], "block unpack")
 
 
 def test_demo():
@@ -455,7 +626,7 @@ def test_bench():
 GROUPS = {
     "block": test_block, "errors": test_errors, "trace": test_trace,
     "memory": test_memory, "args": test_args, "demo": test_demo,
-    "bench": test_bench,
+    "bench": test_bench, "conventions": test_conventions,
 }
 
 
@@ -473,6 +644,9 @@ def main():
         except Failure as e:
             print("FAIL: %s" % e, file=sys.stderr)
             return 1
+        except Skip as e:
+            print("SKIP: %s" % e)
+            return 77
     print("ok: %s" % sys.argv[2])
     return 0
 
