@@ -31,6 +31,15 @@ static const char *const kvs_error_names[] = {
 	[KVS_EAUTH - KVS_ERROR_BASE] = "peer not authenticated",
 	[KVS_ECUDA - KVS_ERROR_BASE] = "CUDA error",
 	[KVS_ENODEV - KVS_ERROR_BASE] = "no device or backend unavailable",
+	[KVS_EOPCODE - KVS_ERROR_BASE] = "request opcode not supported",
+	[KVS_ETOOBIG - KVS_ERROR_BASE] =
+		"request or object over the size limit",
+	[KVS_EBATCH - KVS_ERROR_BASE] = "batch over the item limit",
+	[KVS_EBUSY - KVS_ERROR_BASE] =
+		"too many requests in flight on the connection",
+	[KVS_ECONNLIMIT - KVS_ERROR_BASE] = "server connection limit reached",
+	[KVS_ETIMEDOUT - KVS_ERROR_BASE] = "timed out",
+	[KVS_ECONN - KVS_ERROR_BASE] = "connection lost or refused",
 };
 
 _Static_assert(sizeof(kvs_error_names) / sizeof(kvs_error_names[0]) ==

@@ -4,7 +4,8 @@
 set -eu
 pkgs="build-essential meson ninja-build pkg-config clang clang-format libclang-rt-14-dev
       libcmocka-dev liburing-dev libucx-dev ucx-utils liblz4-dev libxxhash-dev
-      libssl-dev libcurl4-openssl-dev libjansson-dev etcd-server fio python3
+      libssl-dev libcurl4-openssl-dev libjansson-dev libmicrohttpd-dev
+      etcd-server fio python3
       python3-pip iproute2"
 missing=""
 for p in $pkgs; do

@@ -20,8 +20,6 @@
 #define SLAB_MIN (64u << 10)
 #define HUGE_2M (2u << 20)
 
-int (*kvs_store_host_register_hook)(void *base, size_t len, bool unregister);
-
 static void build_classes(struct dram *d)
 {
 	uint32_t size = KVS_STORE_ALIGN;
@@ -95,16 +93,25 @@ int dram_init(struct dram *d, uint64_t capacity)
 	}
 	d->nfree_slabs = d->nslabs;
 	build_classes(d);
-	if (kvs_store_host_register_hook &&
-	    kvs_store_host_register_hook(d->base, d->map_len, false) == 0)
-		d->host_registered = true;
 	return 0;
+}
+
+void dram_register(struct dram *d,
+		   int (*fn)(void *ctx, void *base, size_t len,
+			     bool unregister),
+		   void *ctx)
+{
+	if (!fn || fn(ctx, d->base, d->map_len, false) != 0)
+		return;
+	d->register_fn = fn;
+	d->register_ctx = ctx;
+	d->host_registered = true;
 }
 
 void dram_fini(struct dram *d)
 {
 	if (d->host_registered)
-		kvs_store_host_register_hook(d->base, d->map_len, true);
+		d->register_fn(d->register_ctx, d->base, d->map_len, true);
 	if (d->base)
 		munmap(d->base, d->map_len);
 	free(d->slabs);

@@ -147,6 +147,7 @@ static void teardown(struct kvs_store *s)
 {
 	struct list *l;
 
+	reservations_fini(s);
 	index_each(&s->index, free_entry_cb, NULL);
 	index_fini(&s->index);
 	while ((l = list_oldest(&s->segments)))
@@ -249,6 +250,7 @@ int kvs_store_open(const char *dir, const struct kvs_store_opts *opts,
 	list_init(&s->ghost);
 	list_init(&s->segments);
 	list_init(&s->nghost);
+	list_init(&s->reservations);
 	s->next_seq = 1;
 	s->dir = strdup(dir);
 	err = s->dir ? settle_opts(s, opts) : -ENOMEM;
@@ -280,6 +282,8 @@ int kvs_store_open(const char *dir, const struct kvs_store_opts *opts,
 			goto fail;
 		s->dram_on = true;
 		register_arena(s);
+		dram_register(&s->dram, s->opts.register_arena,
+			      s->opts.register_ctx);
 	}
 	if (s->nvme_on) {
 		err = recover(s);
@@ -401,6 +405,8 @@ int kvs_store_close(struct kvs_store *store)
 
 	if (!store)
 		return 0;
+	/* queued batches finish first: their callbacks may release refs */
+	async_fini(store);
 	pthread_mutex_lock(&store->lock);
 	if (store->nrefs) {
 		kvs_log(KVS_LOG_ERR,
@@ -472,9 +478,13 @@ static int entry_for_put(struct kvs_store *s, const struct kvs_store_key *key,
 }
 
 /* Places one object in DRAM (and/or a bounce image); pins the entry.
- * @need_write: the put asks for WRITTEN or more. */
+ * @need_write: the put asks for WRITTEN or more.  With @adopt (a
+ * reserved DRAM slot of class @adopt_cls whose object bytes @obj already
+ * sit at adopt + REC_HEADER_SIZE), the slot itself becomes the entry's
+ * (*@adopted set): nothing is copied. */
 static int stage_one(struct kvs_store *s, const uint8_t *obj, size_t len,
-		     bool need_write, struct pending *p)
+		     bool need_write, struct pending *p, uint8_t *adopt,
+		     int adopt_cls, bool *adopted)
 {
 	struct kvs_store_key key;
 	struct entry *e;
@@ -500,8 +510,8 @@ static int stage_one(struct kvs_store *s, const uint8_t *obj, size_t len,
 	if (err)
 		return err;
 	e->pins++;
-	cls = s->dram_on ? dram_class(&s->dram, rec) : -1;
-	image = dram_make_room(s, cls);
+	cls = adopt ? adopt_cls : s->dram_on ? dram_class(&s->dram, rec) : -1;
+	image = adopt ? adopt : dram_make_room(s, cls);
 	p->owned = !image;
 	if (!image) {
 		if (!s->nvme_on) {
@@ -516,7 +526,8 @@ static int stage_one(struct kvs_store *s, const uint8_t *obj, size_t len,
 	}
 	/* the record checksum is taken of the copy, as it is copied: the
 	 * bytes stored are the bytes it describes */
-	psum = payload_copy_checksum(image + REC_HEADER_SIZE, obj, len);
+	psum = adopt ? payload_checksum(obj, len)
+		     : payload_copy_checksum(image + REC_HEADER_SIZE, obj, len);
 	memset(image + REC_HEADER_SIZE + len, 0, rec - REC_HEADER_SIZE - len);
 	/* an NVMe record of other bytes no longer describes the key (one
 	 * of the same bytes still does: the DRAM copy stays clean) */
@@ -550,6 +561,8 @@ static int stage_one(struct kvs_store *s, const uint8_t *obj, size_t len,
 		e->cls = cls;
 		dram_insert(s, e);
 	}
+	if (adopt)
+		*adopted = true;
 	if (!need_write) {
 		p->e = NULL;
 		e->pins--;
@@ -692,11 +705,11 @@ static int refuse_batch(int *results, size_t n, int err)
 	return err;
 }
 
-int kvs_store_put_batch(struct kvs_store *store, const uint8_t *const *objs,
-			const size_t *lens, size_t n,
-			enum kvs_durability durability, int *results)
+int store_put_batch(struct kvs_store *s, const uint8_t *const *objs,
+		    const size_t *lens, size_t n,
+		    enum kvs_durability durability, int *results,
+		    uint8_t **adopt, const int *adopt_cls)
 {
-	struct kvs_store *s = store;
 	struct pending *p;
 	size_t np = 0;
 	int first_err = 0, err;
@@ -721,7 +734,8 @@ int kvs_store_put_batch(struct kvs_store *store, const uint8_t *const *objs,
 	p = calloc(n ? n : 1, sizeof(*p));
 	if (!p)
 		return refuse_batch(results, n, -ENOMEM);
-	pthread_mutex_lock(&s->lock);
+	if (!adopt)
+		pthread_mutex_lock(&s->lock);
 	for (size_t i = 0; i < n; i++) {
 		struct kvs_store_key key;
 
@@ -733,9 +747,14 @@ int kvs_store_put_batch(struct kvs_store *store, const uint8_t *const *objs,
 			if (e && e->pins)
 				drain(s, p, np, results);
 		}
-		results[i] =
-			stage_one(s, objs[i], lens[i],
-				  durability > KVS_DURABILITY_MEMORY, &p[np]);
+		bool taken = false;
+
+		results[i] = stage_one(s, objs[i], lens[i],
+				       durability > KVS_DURABILITY_MEMORY,
+				       &p[np], adopt ? adopt[i] : NULL,
+				       adopt ? adopt_cls[i] : -1, &taken);
+		if (taken)
+			adopt[i] = NULL;
 		if (results[i] == 0 && p[np].e) {
 			p[np].i = i;
 			if (!p[np].kept)
@@ -754,9 +773,18 @@ int kvs_store_put_batch(struct kvs_store *store, const uint8_t *const *objs,
 	for (size_t i = 0; i < n; i++)
 		if (results[i] && !first_err)
 			first_err = results[i];
-	pthread_mutex_unlock(&s->lock);
+	if (!adopt)
+		pthread_mutex_unlock(&s->lock);
 	free(p);
 	return first_err;
+}
+
+int kvs_store_put_batch(struct kvs_store *store, const uint8_t *const *objs,
+			const size_t *lens, size_t n,
+			enum kvs_durability durability, int *results)
+{
+	return store_put_batch(store, objs, lens, n, durability, results, NULL,
+			       NULL);
 }
 
 int kvs_store_put(struct kvs_store *store, const uint8_t *obj, size_t len,

@@ -377,9 +377,16 @@ struct dram {
 	struct list partial[64];
 	uint64_t used_bytes; /* slot bytes handed out */
 	bool huge, host_registered;
+	int (*register_fn)(void *ctx, void *base, size_t len, bool unregister);
+	void *register_ctx;
 };
 
 int dram_init(struct dram *d, uint64_t capacity);
+/* Registers the arena through @fn (opts.register_arena), if any. */
+void dram_register(struct dram *d,
+		   int (*fn)(void *ctx, void *base, size_t len,
+			     bool unregister),
+		   void *ctx);
 void dram_fini(struct dram *d);
 /* Class for a record of @rec bytes, or -1 if it cannot live in DRAM. */
 int dram_class(const struct dram *d, uint64_t rec);
@@ -500,6 +507,8 @@ struct kvs_store {
 	uint64_t nvme_objects, nvme_obj_bytes, nvme_file_bytes;
 	struct list nghost; /* NVMe ghosts, oldest at the tail */
 	uint64_t nghost_n;
+	struct list reservations; /* reserve.c, oldest last */
+	struct store_async *async; /* async.c, made at first use */
 	uint8_t *scratch; /* aligned bounce buffer, one page */
 	/* the manifest as last read or published: missing ids stay listed
 	 * (reported at every open) until fsck --repair */
@@ -573,6 +582,21 @@ struct segment *seg_new(struct kvs_store *s, uint64_t id, int fd,
 			uint64_t size);
 void seg_free(struct kvs_store *s, struct segment *seg);
 int buf_index_of(struct kvs_store *s, const uint8_t *p);
+
+/* store.c: the body of kvs_store_put_batch.  With @adopt (reserve.c),
+ * called with the lock held: object i already sits in the DRAM slot
+ * adopt[i] of class adopt_cls[i]; a slot that becomes its entry's is set
+ * to NULL in @adopt, those left are still the caller's. */
+int store_put_batch(struct kvs_store *s, const uint8_t *const *objs,
+		    const size_t *lens, size_t n,
+		    enum kvs_durability durability, int *results,
+		    uint8_t **adopt, const int *adopt_cls);
+
+/* async.c: finishes the queued batches, stops the I/O thread. */
+void async_fini(struct kvs_store *s);
+
+/* reserve.c: forgets the reservations at close (the arena goes). */
+void reservations_fini(struct kvs_store *s);
 
 /* recover.c */
 int recover(struct kvs_store *s);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_gen.h"
 #include "cli_util.h"
 #include "cmd.h"
 #include "kvstash/store.h"
@@ -32,55 +33,8 @@ static const char bench_usage[] =
 	"3 x --nvme-bytes (default 1G) plus N x 100 KiB (default N = 100000)\n"
 	"there and removes it afterwards.\n";
 
-struct gen {
-	struct kvs_shape shape;
-	size_t size;
-	uint8_t *image; /* quantized once, finished per id */
-};
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int gen_init(struct gen *g)
-{
-	struct kvs_layout layout;
-	size_t n;
-	float *kv;
-	uint64_t x = 88172645463325252ull;
-	int err;
-
-	kvs_shape_default(&g->shape, 8, 128);
-	err = kvs_block_layout(&g->shape, &layout);
-	if (err)
-		return err;
-	g->size = layout.total_size;
-	n = (size_t)g->shape.kv_heads * g->shape.span * g->shape.head_dim;
-	kv = malloc(2 * n * sizeof(float));
-	g->image = calloc(1, g->size);
-	if (!kv || !g->image) {
-		free(kv);
-		free(g->image);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < 2 * n; i++) {
-		x ^= x << 13;
-		x ^= x >> 7;
-		x ^= x << 17;
-		kv[i] = (float)(x % 4001) / 1000.0f - 2.0f;
-	}
-	err = kvs_block_quantize(&g->shape, KVS_DTYPE_F32, kv, kv + n,
-				 g->image);
-	free(kv);
-	return err;
-}
-
 /* Block number @idx of a run tagged @run: its own span id, layer idx%32. */
-static void gen_block(const struct gen *g, uint64_t run, uint64_t idx,
+static void gen_block(const struct kvs_bench_gen *g, uint64_t run, uint64_t idx,
 		      uint8_t *out, struct kvs_store_key *key)
 {
 	struct kvs_ident ident;
@@ -91,8 +45,7 @@ static void gen_block(const struct gen *g, uint64_t run, uint64_t idx,
 	ident.block_id[31] = 0x5a;
 	ident.layer = (uint32_t)(idx % BATCH);
 	ident.first_pos = idx / BATCH * 128;
-	memcpy(out, g->image, g->size);
-	kvs_block_finish(&g->shape, &ident, out);
+	kvs_bench_gen_finish(g, &ident, out);
 	memcpy(key->span_id, ident.block_id, KVS_ID_SIZE);
 	key->layer = ident.layer;
 }
@@ -106,8 +59,8 @@ struct batch {
 	int res[BATCH];
 };
 
-static void batch_fill(struct batch *b, const struct gen *g, uint64_t run,
-		       uint64_t first)
+static void batch_fill(struct batch *b, const struct kvs_bench_gen *g,
+		       uint64_t run, uint64_t first)
 {
 	for (int i = 0; i < BATCH; i++) {
 		gen_block(g, run, first + (uint64_t)i, b->buf + i * g->size,
@@ -126,6 +79,7 @@ static int open_at(const char *dir, const char *sub, uint64_t dram,
 
 	snprintf(path, sizeof(path), "%s/%s", dir, sub);
 	kvs_store_opts_default(&o);
+	kvs_cli_store_pinning(&o);
 	o.dram_capacity = dram;
 	o.nvme_capacity = nvme;
 	o.segment_size = 64ull << 20;
@@ -138,7 +92,7 @@ static int open_at(const char *dir, const char *sub, uint64_t dram,
 }
 
 /* Puts @nb batches of run @run; seconds spent in the store. */
-static int put_batches(struct kvs_store *s, const struct gen *g,
+static int put_batches(struct kvs_store *s, const struct kvs_bench_gen *g,
 		       struct batch *b, uint64_t run, uint64_t nb,
 		       enum kvs_durability dur, double *secs)
 {
@@ -146,11 +100,11 @@ static int put_batches(struct kvs_store *s, const struct gen *g,
 
 	for (uint64_t k = 0; k < nb; k++) {
 		batch_fill(b, g, run, k * BATCH);
-		double t0 = now_s();
+		double t0 = kvs_bench_now();
 		int err = kvs_store_put_batch(s, b->objs, b->lens, BATCH, dur,
 					      b->res);
 
-		t += now_s() - t0;
+		t += kvs_bench_now() - t0;
 		if (err) {
 			kvs_cli_fail("bench store", err, "put");
 			return err;
@@ -161,7 +115,7 @@ static int put_batches(struct kvs_store *s, const struct gen *g,
 }
 
 /* Gets @nb batches of run @run, copying out when @copy_to; seconds. */
-static int get_batches(struct kvs_store *s, const struct gen *g,
+static int get_batches(struct kvs_store *s, const struct kvs_bench_gen *g,
 		       struct batch *b, uint64_t run, uint64_t nb,
 		       uint8_t *copy_to, double *secs)
 {
@@ -178,7 +132,7 @@ static int get_batches(struct kvs_store *s, const struct gen *g,
 			memcpy(b->keys[i].span_id + 8, &idx, sizeof(idx));
 			b->keys[i].span_id[31] = 0x5a;
 		}
-		double t0 = now_s();
+		double t0 = kvs_bench_now();
 		int err = kvs_store_get_batch(s, b->keys, BATCH, refs, b->res);
 
 		for (int i = 0; !err && i < BATCH; i++) {
@@ -192,7 +146,7 @@ static int get_batches(struct kvs_store *s, const struct gen *g,
 		}
 		for (int i = 0; i < BATCH; i++)
 			kvs_store_ref_release(refs[i]);
-		t += now_s() - t0;
+		t += kvs_bench_now() - t0;
 		if (err) {
 			kvs_cli_fail("bench store", err, "get");
 			return err;
@@ -211,8 +165,8 @@ struct results {
 
 static const unsigned qds[3] = { 1, 8, 32 };
 
-static int bench_dram(const char *dir, const struct gen *g, struct batch *b,
-		      uint64_t bytes, struct results *r)
+static int bench_dram(const char *dir, const struct kvs_bench_gen *g,
+		      struct batch *b, uint64_t bytes, struct results *r)
 {
 	uint64_t nb = bytes / ((uint64_t)BATCH * g->size);
 	uint8_t *out = malloc(BATCH * g->size);
@@ -241,10 +195,10 @@ static int bench_dram(const char *dir, const struct gen *g, struct batch *b,
 	for (uint64_t k = 0; !err && k < nb; k++)
 		memset(src + k * BATCH * g->size, (int)k, BATCH * g->size);
 	for (uint64_t k = 0; !err && k < nb; k++) {
-		double t0 = now_s();
+		double t0 = kvs_bench_now();
 
 		memcpy(out, src + k * BATCH * g->size, BATCH * g->size);
-		tmem += now_s() - t0;
+		tmem += kvs_bench_now() - t0;
 		src[k] ^= out[k % 4096];
 	}
 	free(src);
@@ -258,8 +212,8 @@ free_out:
 	return err;
 }
 
-static int bench_nvme(const char *dir, const struct gen *g, struct batch *b,
-		      uint64_t bytes, struct results *r)
+static int bench_nvme(const char *dir, const struct kvs_bench_gen *g,
+		      struct batch *b, uint64_t bytes, struct results *r)
 {
 	uint64_t nb = bytes / ((uint64_t)BATCH * g->size);
 	double t;
@@ -290,8 +244,8 @@ static int bench_nvme(const char *dir, const struct gen *g, struct batch *b,
 	return err;
 }
 
-static int bench_recovery(const char *dir, const struct gen *g, struct batch *b,
-			  uint64_t records, struct results *r)
+static int bench_recovery(const char *dir, const struct kvs_bench_gen *g,
+			  struct batch *b, uint64_t records, struct results *r)
 {
 	struct kvs_store_stats st;
 	struct kvs_store *s;
@@ -306,19 +260,19 @@ static int bench_recovery(const char *dir, const struct gen *g, struct batch *b,
 	kvs_store_close(s);
 	if (err)
 		return err;
-	t = now_s();
+	t = kvs_bench_now();
 	err = open_at(dir, "recovery", 64ull << 20, 1ull << 40, 32, &s);
 	if (err)
 		return err;
-	r->rec_secs = now_s() - t;
+	r->rec_secs = kvs_bench_now() - t;
 	kvs_store_stats_get(s, &st);
 	r->rec_records = st.nvme.blocks;
 	kvs_store_close(s);
 	return 0;
 }
 
-static void print_results(const struct gen *g, const struct results *r,
-			  bool json)
+static void print_results(const struct kvs_bench_gen *g,
+			  const struct results *r, bool json)
 {
 	uint64_t rec = (g->size + KVS_STORE_RECORD_HEADER + 4095) / 4096 * 4096;
 	struct kvs_cli_json j;
@@ -382,7 +336,7 @@ int kvs_bench_store(int argc, char **argv)
 	};
 	struct results r = { 0 };
 	struct batch b = { 0 };
-	struct gen g;
+	struct kvs_bench_gen g;
 	char cmd[4200];
 	int rc;
 
@@ -390,7 +344,7 @@ int kvs_bench_store(int argc, char **argv)
 			   sizeof(opts) / sizeof(opts[0]), NULL, 0, NULL);
 	if (rc)
 		return kvs_cli_usage("bench store", bench_usage, rc);
-	if (gen_init(&g)) {
+	if (kvs_bench_gen_init(&g)) {
 		kvs_cli_error("bench store", "cannot make the test block");
 		return KVS_EXIT_FAIL;
 	}

@@ -15,5 +15,18 @@ int kvs_cmd_store(int argc, char **argv); /* cmd_store.c */
 int kvs_bench_format(int argc, char **argv); /* bench_format.c */
 int kvs_bench_store(int argc, char **argv); /* bench_store.c */
 int kvs_bench_trace(int argc, char **argv); /* bench_trace.c */
+struct kvs_store_opts;
+struct kvs_cli_json;
+struct kvs_store_stats;
+/* The members of `store stat --json` (tiers and counters, with the
+ * counters' @scope), inside an object already begun (cmd_store.c). */
+void kvs_cli_store_stats_json(struct kvs_cli_json *j,
+			      const struct kvs_store_stats *st,
+			      const char *scope);
+/* Pins the store's DRAM arena for CUDA copies where a GPU is usable. */
+void kvs_cli_store_pinning(struct kvs_store_opts *o); /* cmd_store.c */
+/* `kvstash --server HOST:PORT ...` (argv[0] is the program) */
+int kvs_cmd_remote(int argc, char **argv); /* cmd_remote.c */
+int kvs_bench_transport(int argc, char **argv); /* bench_transport.c */
 
 #endif

@@ -10,10 +10,6 @@
 #include "cli_util.h"
 #include "cmd.h"
 #include "kvs_config.h"
-#if KVS_HAVE_CUDA
-#include "kvstash/kernels.h"
-#include "kvstash/store.h"
-#endif
 
 struct command {
 	const char *name;
@@ -31,7 +27,8 @@ static const char bench_usage[] =
 	"format: pack, unpack and verify on one core beside memcpy.\n"
 	"store: the store engine's DRAM and NVMe throughput and recovery.\n"
 	"trace: a serving trace replayed through the store beside an LRU,\n"
-	"       2-bit against fp16 (docs/REPLAY.md).\n";
+	"       2-bit against fp16 (docs/REPLAY.md).\n"
+	"transport: a kvstashd's get/put throughput and lookup latency.\n";
 
 static int cmd_bench(int argc, char **argv)
 {
@@ -41,14 +38,18 @@ static int cmd_bench(int argc, char **argv)
 		return kvs_bench_store(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "trace") == 0)
 		return kvs_bench_trace(argc - 1, argv + 1);
+#if KVS_HAVE_UCX
+	if (argc >= 2 && strcmp(argv[1], "transport") == 0)
+		return kvs_bench_transport(argc - 1, argv + 1);
+#endif
 	if (argc >= 2 &&
 	    (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0))
 		return kvs_cli_usage("bench", bench_usage, KVS_CLI_HELP);
 	if (argc >= 2)
 		return kvs_cli_usage_error("bench", "unknown benchmark '%s'",
 					   argv[1]);
-	return kvs_cli_usage_error("bench",
-				   "which benchmark? format, store or trace");
+	return kvs_cli_usage_error("bench", "which benchmark? format, store, "
+					    "trace or transport");
 }
 
 static const struct command commands[] = {
@@ -61,7 +62,8 @@ static const struct command commands[] = {
 	  "walk-through: pack, verify, unpack, report" },
 	{ "store", kvs_cmd_store, true,
 	  "put/get/stat/fsck on a store directory" },
-	{ "bench", cmd_bench, true, "benchmarks: format, store, trace" },
+	{ "bench", cmd_bench, true,
+	  "benchmarks: format, store, trace, transport" },
 };
 
 static void usage(void)
@@ -88,11 +90,6 @@ int main(int argc, char **argv)
 {
 	char name[64];
 
-#if KVS_HAVE_CUDA
-	/* With a GPU, the store's DRAM arena is pinned for async copies. */
-	if (kvs_cuda_available() == 0)
-		kvs_store_host_register_hook = kvs_cuda_host_register;
-#endif
 	if (argc < 2) {
 		kvs_cli_begin("");
 		return kvs_cli_end(kvs_cli_usage_error(NULL,
@@ -100,6 +97,13 @@ int main(int argc, char **argv)
 						       "(kvstash --help lists "
 						       "them)"));
 	}
+#if KVS_HAVE_UCX
+	if (strncmp(argv[1], "--server", 8) == 0 ||
+	    strncmp(argv[1], "--auth-key-file", 15) == 0) {
+		kvs_cli_begin("remote");
+		return kvs_cli_end(kvs_cmd_remote(argc, argv));
+	}
+#endif
 	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
 		kvs_cli_begin("");
 		usage();

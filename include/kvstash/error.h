@@ -34,6 +34,13 @@ enum kvs_error {
 	KVS_EAUTH, /* peer not authenticated */
 	KVS_ECUDA, /* CUDA runtime or launch failure */
 	KVS_ENODEV, /* no device / backend not available */
+	KVS_EOPCODE, /* unknown request opcode */
+	KVS_ETOOBIG, /* request or object over the server's size limit */
+	KVS_EBATCH, /* more items in one request than the server allows */
+	KVS_EBUSY, /* too many requests in flight on this connection */
+	KVS_ECONNLIMIT, /* the server has as many connections as it allows */
+	KVS_ETIMEDOUT, /* no answer within the call's timeout */
+	KVS_ECONN, /* connection lost or refused */
 	KVS_ERROR_END
 };
 

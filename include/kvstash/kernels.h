@@ -40,11 +40,20 @@ int kvs_cuda_available(void);
 /*
  * kvs_cuda_host_register - pin (or with @unregister, unpin) @len bytes of
  * host memory at @base for asynchronous copies (cudaHostRegister).  The
- * signature of kvs_store_host_register_hook: a program that links both
- * the store and the kernels sets the hook to this so the DRAM arena is
- * pinned.  Returns 0, -KVS_ENODEV without a device, or -KVS_ECUDA.
+ * registration of the store's DRAM arena: a program that links both the
+ * store and the kernels passes kvs_cuda_register_arena as
+ * kvs_store_opts.register_arena so the arena is pinned.  Returns 0, -KVS_ENODEV
+ * without a device, or -KVS_ECUDA.
  */
 int kvs_cuda_host_register(void *base, size_t len, bool unregister);
+
+/* kvs_cuda_host_register in the form of kvs_store_opts.register_arena. */
+static inline int kvs_cuda_register_arena(void *ctx, void *base, size_t len,
+					  bool unregister)
+{
+	(void)ctx;
+	return kvs_cuda_host_register(base, len, unregister);
+}
 
 /*
  * Seal: full-precision K/V of @blocks spans of S tokens -> block images.

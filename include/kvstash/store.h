@@ -174,6 +174,19 @@ struct kvs_store_opts {
 	 * segment bytes scanned so far and in all; may be NULL */
 	void (*progress)(void *arg, uint64_t done, uint64_t total);
 	void *progress_arg;
+	/*
+	 * Registration of the DRAM arena with whoever moves its bytes (UCX
+	 * ucp_mem_map, CUDA host registration): called once with the arena
+	 * after it is mapped, and with @unregister at close.  A failure (not
+	 * 0) leaves the arena unregistered and the store working.  NULL: no
+	 * registration.
+	 */
+	int (*register_arena)(void *ctx, void *base, size_t len,
+			      bool unregister);
+	void *register_ctx;
+	/* Reservations (kvs_store_reserve) not committed within this long
+	 * are reclaimed; 0 = default (30000). */
+	uint32_t reserve_timeout_ms;
 };
 
 /* Defaults: 256 MiB DRAM, 4 GiB NVMe, 32 MiB segments, QD 32,
@@ -280,6 +293,88 @@ size_t kvs_store_lookup_prefix(struct kvs_store *store,
 			       size_t n_spans, const uint32_t *layers,
 			       size_t n_layers);
 
+/*
+ * kvs_store_delete - remove the object of @key from both tiers: no later
+ * get or lookup of this process finds it (a ref already taken stays
+ * valid).  Not logged: a record still in a segment file returns at the
+ * next open.  0 or -KVS_ENOTFOUND.
+ */
+int kvs_store_delete(struct kvs_store *store, const struct kvs_store_key *key);
+
+/* ---- asynchronous batches --------------------------------------------
+ *
+ * For an event loop (the daemon's).  Each call takes the same arguments
+ * as its synchronous form plus a callback.  A batch that needs no device
+ * I/O (a get whose objects are all in DRAM or missing; a put or commit
+ * at memory durability without write-through) is served inline: the call
+ * returns 1, its results are set and @done is not called.  Any other is
+ * queued to the store's I/O thread and the call returns 0; @done(@arg,
+ * status) then runs later, on the thread that calls kvs_store_poll(),
+ * with what the synchronous call would have returned.  Every array must
+ * stay valid until then.  A negative return: nothing was queued.
+ * Queued batches finish before kvs_store_close() returns (their
+ * callbacks run inside it if nobody polled).
+ */
+typedef void (*kvs_store_done_fn)(void *arg, int status);
+
+int kvs_store_get_batch_async(struct kvs_store *store,
+			      const struct kvs_store_key *keys, size_t n,
+			      struct kvs_store_ref **refs, int *results,
+			      kvs_store_done_fn done, void *arg);
+int kvs_store_put_batch_async(struct kvs_store *store,
+			      const uint8_t *const *objs, const size_t *lens,
+			      size_t n, enum kvs_durability durability,
+			      int *results, kvs_store_done_fn done, void *arg);
+
+/* Readable while completions wait for kvs_store_poll(); -1 without
+ * memory.  Owned by the store. */
+int kvs_store_event_fd(struct kvs_store *store);
+/* Runs the callbacks of finished batches; returns how many. */
+unsigned kvs_store_poll(struct kvs_store *store);
+
+/* ---- reserve-then-commit puts ---------------------------------------- */
+
+/* A DRAM slot handed out before its object exists. */
+struct kvs_store_reservation;
+
+/*
+ * kvs_store_reserve - a DRAM slot for an object of @len bytes, evicting
+ * (and spilling) as a put would.  The caller writes the object at *@dst
+ * (for example a network receive straight into it), then commits or
+ * releases the reservation within opts.reserve_timeout_ms; after that
+ * the slot is reclaimed and the caller must not write into it.  Returns
+ * 0, *@out and *@dst; -ENOSPC without room (no DRAM tier, or all
+ * pinned), -EFBIG, -KVS_ETRUNC (under a header) or -ENOMEM.
+ */
+int kvs_store_reserve(struct kvs_store *store, size_t len,
+		      struct kvs_store_reservation **out, uint8_t **dst);
+
+/*
+ * kvs_store_commit_batch - verify and store the objects written into
+ * @n reservations, as kvs_store_put_batch would (the same checks,
+ * durability and results), without copying them.  Consumes every
+ * reservation, whatever the outcome; results[i] is -ETIMEDOUT for one
+ * already reclaimed.  Returns 0 or the first error.
+ */
+int kvs_store_commit_batch(struct kvs_store *store,
+			   struct kvs_store_reservation *const *rs, size_t n,
+			   enum kvs_durability durability, int *results);
+
+/* kvs_store_commit_batch in the asynchronous form (above). */
+int kvs_store_commit_batch_async(struct kvs_store *store,
+				 struct kvs_store_reservation *const *rs,
+				 size_t n, enum kvs_durability durability,
+				 int *results, kvs_store_done_fn done,
+				 void *arg);
+
+/* Gives a reservation back uncommitted; NULL is a no-op. */
+void kvs_store_release(struct kvs_store *store,
+		       struct kvs_store_reservation *r);
+
+/* Reclaims the reservations past their timeout now (reserve and commit
+ * also do); returns how many. */
+unsigned kvs_store_reclaim(struct kvs_store *store);
+
 /* Makes every object WRITTEN so far DURABLE -- by this process or by an
  * earlier one that died before syncing.  0 or -errno. */
 int kvs_store_sync(struct kvs_store *store);
@@ -312,8 +407,7 @@ struct kvs_store_stats {
 	bool direct_io; /* O_DIRECT in use */
 	bool hugepages; /* DRAM arena on hugepages */
 	bool registered; /* DRAM arena registered with io_uring */
-	bool host_pinned; /* DRAM arena pinned by kvs_store_host_register_hook
-			   */
+	bool host_pinned; /* DRAM arena registered by opts.register_arena */
 };
 
 /* Counters since open. */
@@ -381,14 +475,6 @@ int kvs_store_fsck(const char *dir, unsigned flags,
 		   const struct kvs_store_opts *opts,
 		   void (*cb)(void *arg, const struct kvs_fsck_record *rec),
 		   void *arg, struct kvs_fsck_report *report);
-
-/*
- * Hook for the CUDA backend: when set (by the kernels module), called once
- * with the DRAM arena after it is mapped, to pin it (cudaHostRegister);
- * and with @unregister at close.  NULL by default (plain memory).
- */
-extern int (*kvs_store_host_register_hook)(void *base, size_t len,
-					   bool unregister);
 
 #ifdef __cplusplus
 }

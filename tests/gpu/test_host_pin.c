@@ -1,6 +1,6 @@
 /*
  * test_host_pin.c - the store's DRAM arena pinned through the CUDA hook:
- * with kvs_store_host_register_hook = kvs_cuda_host_register, the arena is
+ * with opts.register_arena = kvs_cuda_register_arena, the arena is
  * registered with CUDA (stats say so, and CUDA sees a block's bytes as
  * registered host memory), a block copied to the device from it comes back
  * byte-identical, and close unregisters cleanly.  Skips (77) without a GPU.
@@ -41,24 +41,23 @@ static void test_arena_pinned(void **state)
 	for (size_t i = 0; i < n; i++)
 		kv[i] = (float)((i * 2654435761u) % 1000) / 500.0f - 1.0f;
 	id.block_id[0] = 7;
-	assert_int_equal(kvs_block_seal(&sh, &id, KVS_DTYPE_F32, kv, kv, 0,
-					&obj, &len),
-			 0);
+	assert_int_equal(
+		kvs_block_seal(&sh, &id, KVS_DTYPE_F32, kv, kv, 0, &obj, &len),
+		0);
 
-	kvs_store_host_register_hook = kvs_cuda_host_register;
 	kvs_store_opts_default(&opts);
+	opts.register_arena = kvs_cuda_register_arena;
 	opts.dram_capacity = 16u << 20;
 	opts.nvme_capacity = 64u << 20;
 	assert_int_equal(kvs_store_open(dir, &opts, &store), 0);
 	kvs_store_stats_get(store, &st);
 	assert_true(st.host_pinned);
-	assert_int_equal(kvs_store_put(store, obj, len, KVS_DURABILITY_MEMORY,
-				       &key),
-			 0);
+	assert_int_equal(
+		kvs_store_put(store, obj, len, KVS_DURABILITY_MEMORY, &key), 0);
 	assert_int_equal(kvs_store_get(store, &key, &ref), 0);
-	assert_int_equal(cudaPointerGetAttributes(&attr,
-						  kvs_store_ref_data(ref)),
-			 cudaSuccess);
+	assert_int_equal(
+		cudaPointerGetAttributes(&attr, kvs_store_ref_data(ref)),
+		cudaSuccess);
 	assert_int_equal(attr.type, cudaMemoryTypeHost);
 
 	back = malloc(len);
@@ -72,7 +71,6 @@ static void test_arena_pinned(void **state)
 	assert_memory_equal(back, obj, len);
 	kvs_store_ref_release(ref);
 	kvs_store_close(store);
-	kvs_store_host_register_hook = NULL;
 
 	cudaFree(dev);
 	free(back);

@@ -1,0 +1,345 @@
+/*
+ * cmd_remote.c - `kvstash --server HOST:PORT --auth-key-file FILE
+ * put|get|exists|stat|delete ...`: the `kvstash store` forms, served by a
+ * kvstashd through libkvstash (include/kvstash/client.h).
+ *
+ * Arguments and output follow `kvstash store` where they overlap: put
+ * prints one id per block, in order (with --durable only once the block
+ * is durable on the server); get ID --out FILE exits 3 on a miss; stat
+ * --json has store stat's fields, with the daemon's counters.  A refused
+ * authentication exits 1 with one line that says so.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_util.h"
+#include "cmd.h"
+#include "kvstash/client.h"
+
+static const char remote_usage[] =
+	"usage: kvstash --server HOST:PORT --auth-key-file FILE [--timeout-ms "
+	"N]\n"
+	"               [--shared-memory]\n"
+	"               put [--durable] BLOCK...\n"
+	"               get ID --out FILE\n"
+	"               exists ID...\n"
+	"               delete ID...\n"
+	"               stat [--json]\n"
+	"\n"
+	"ID: 64 hex digits of the span id, ':' and the layer, as put prints.\n"
+	"put prints one id per block, in order; with --durable an id is\n"
+	"printed only once its block is durable on the server.  get, exists\n"
+	"and delete exit 3 when an id is not found.  The key file holds\n"
+	"'TENANT HEXKEY' or 'HEXKEY' (tenant \"default\").\n";
+
+struct remote_args {
+	const char *server, *key_file, *out;
+	uint32_t timeout_ms;
+	bool durable, json, shared_memory;
+};
+
+static int connect_to(const char *cmd, const struct remote_args *a,
+		      struct kvs_client **out)
+{
+	struct kvs_client_opts o;
+	int err;
+
+	kvs_client_opts_default(&o);
+	o.address = a->server;
+	o.key_file = a->key_file;
+	o.shared_memory = a->shared_memory;
+	if (a->timeout_ms) {
+		o.timeout_ms = a->timeout_ms;
+		o.connect_timeout_ms = a->timeout_ms;
+	}
+	err = kvs_client_connect(&o, out);
+	if (err == -KVS_EAUTH)
+		kvs_cli_error(cmd, "%s: authentication refused", a->server);
+	else if (err)
+		kvs_cli_error(cmd, "%s: %s", a->server, kvs_strerror(err));
+	return err;
+}
+
+/* Parses ids[0 .. n) as keys; 0 or a usage error (printed). */
+static int parse_keys(const char *cmd, char **ids, size_t n,
+		      struct kvs_store_key *keys)
+{
+	for (size_t i = 0; i < n; i++)
+		if (kvs_store_key_parse(ids[i], &keys[i])) {
+			kvs_cli_error(cmd,
+				      "'%s' is not an id (64 hex digits, ':' "
+				      "and the layer)",
+				      ids[i]);
+			return -KVS_EPARAM;
+		}
+	return 0;
+}
+
+static int remote_put(struct kvs_client *c, const struct remote_args *a,
+		      char **pos, size_t n_pos)
+{
+	struct kvs_client_limits lim;
+	enum kvs_durability dur =
+		a->durable ? KVS_DURABILITY_DURABLE : KVS_DURABILITY_WRITTEN;
+	int err = 0;
+
+	kvs_client_limits(c, &lim);
+	for (size_t at = 0; at < n_pos && !err;) {
+		size_t n = 0, bytes = 0, max = lim.max_batch;
+		uint8_t **objs = calloc(max, sizeof(*objs));
+		size_t *lens = calloc(max, sizeof(*lens));
+		int *res = calloc(max, sizeof(*res));
+
+		if (!objs || !lens || !res)
+			err = -ENOMEM;
+		/* a batch within the server's item and payload limits */
+		while (!err && at + n < n_pos && n < max) {
+			err = kvs_cli_read_file("put", pos[at + n], &objs[n],
+						&lens[n]);
+			if (err)
+				break;
+			if (n && bytes + lens[n] > lim.max_payload) {
+				free(objs[n]);
+				objs[n] = NULL;
+				break;
+			}
+			bytes += lens[n++];
+		}
+		if (n) {
+			int rc = kvs_client_put(c, (const uint8_t *const *)objs,
+						lens, n, dur, res);
+
+			for (size_t i = 0; i < n; i++) {
+				struct kvs_store_key key;
+				char text[KVS_STORE_KEY_TEXT];
+				int r = rc ? rc : res[i];
+
+				if (r) {
+					kvs_cli_error("put", "%s: %s",
+						      pos[at + i],
+						      kvs_strerror(r));
+					err = r;
+					break;
+				}
+				kvs_store_key_of(objs[i], lens[i], &key);
+				kvs_store_key_format(&key, text);
+				printf("%s\n", text);
+			}
+			fflush(stdout);
+		}
+		for (size_t i = 0; objs && i < max; i++)
+			free(objs[i]);
+		free(objs);
+		free(lens);
+		free(res);
+		at += n;
+	}
+	return err ? KVS_EXIT_FAIL : KVS_EXIT_OK;
+}
+
+static int remote_get(struct kvs_client *c, const struct remote_args *a,
+		      char **pos, size_t n_pos)
+{
+	struct kvs_client_limits lim;
+	struct kvs_store_key key;
+	size_t cap, len = 0;
+	void *buf;
+	int result, err, rc;
+
+	if (parse_keys("get", pos, 1, &key))
+		return KVS_EXIT_USAGE;
+	kvs_client_limits(c, &lim);
+	cap = lim.max_object;
+	buf = malloc(cap);
+	if (!buf)
+		return KVS_EXIT_FAIL;
+	err = kvs_client_get(c, &key, 1, &buf, &cap, &len, &result);
+	if (!err)
+		err = result;
+	if (err == -KVS_ENOTFOUND) {
+		kvs_cli_error("get", "%s: not found", pos[0]);
+		rc = KVS_EXIT_NOTFOUND;
+	} else if (err) {
+		kvs_cli_error("get", "%s: %s", pos[0], kvs_strerror(err));
+		rc = KVS_EXIT_FAIL;
+	} else {
+		rc = kvs_cli_write_file("get", a->out, buf, len) ? KVS_EXIT_FAIL
+								 : KVS_EXIT_OK;
+	}
+	free(buf);
+	return rc;
+}
+
+/* exists and delete: one line per id; 3 if any was not found. */
+static int remote_keys(struct kvs_client *c, const char *cmd, char **pos,
+		       size_t n_pos)
+{
+	struct kvs_client_limits lim;
+	struct kvs_store_key *keys = calloc(n_pos, sizeof(*keys));
+	bool *present = calloc(n_pos, sizeof(*present));
+	int *res = calloc(n_pos, sizeof(*res));
+	int rc = KVS_EXIT_OK, err = 0;
+
+	kvs_client_limits(c, &lim);
+	if (!keys || !present || !res) {
+		rc = KVS_EXIT_FAIL;
+		goto out;
+	}
+	if (parse_keys(cmd, pos, n_pos, keys)) {
+		rc = KVS_EXIT_USAGE;
+		goto out;
+	}
+	for (size_t at = 0; at < n_pos && !err; at += lim.max_batch) {
+		size_t n =
+			n_pos - at < lim.max_batch ? n_pos - at : lim.max_batch;
+
+		if (strcmp(cmd, "exists") == 0)
+			err = kvs_client_exists(c, keys + at, n, present + at);
+		else
+			err = kvs_client_delete(c, keys + at, n, res + at);
+	}
+	if (err) {
+		kvs_cli_error(cmd, "%s", kvs_strerror(err));
+		rc = KVS_EXIT_FAIL;
+		goto out;
+	}
+	for (size_t i = 0; i < n_pos; i++) {
+		bool found = strcmp(cmd, "exists") == 0 ? present[i] : !res[i];
+
+		if (strcmp(cmd, "delete") == 0 && res[i] &&
+		    res[i] != -KVS_ENOTFOUND) {
+			kvs_cli_error(cmd, "%s: %s", pos[i],
+				      kvs_strerror(res[i]));
+			rc = KVS_EXIT_FAIL;
+			continue;
+		}
+		printf("%s %s\n", pos[i],
+		       strcmp(cmd, "exists") == 0
+			       ? (found ? "present" : "absent")
+			       : (found ? "deleted" : "not found"));
+		if (!found && rc == KVS_EXIT_OK)
+			rc = KVS_EXIT_NOTFOUND;
+	}
+out:
+	free(keys);
+	free(present);
+	free(res);
+	return rc;
+}
+
+static int remote_stat(struct kvs_client *c, const struct remote_args *a)
+{
+	struct kvs_client_stat s;
+	struct kvs_store_stats *st = &s.store;
+	struct kvs_cli_json j;
+	int err = kvs_client_stat(c, &s);
+
+	if (err) {
+		kvs_cli_error("stat", "%s", kvs_strerror(err));
+		return KVS_EXIT_FAIL;
+	}
+	if (!a->json) {
+		printf("dram: %" PRIu64 " blocks, %" PRIu64 " bytes of %" PRIu64
+		       "\nnvme: %" PRIu64 " blocks, %" PRIu64
+		       " bytes in %" PRIu64 " segments (%" PRIu64
+		       " file bytes), %s I/O\ncounters of the daemon (up "
+		       "%" PRIu64 " s): hits: %" PRIu64 ", misses: %" PRIu64
+		       ", evictions: %" PRIu64 ", spills: %" PRIu64
+		       ", corrupt dropped: %" PRIu64 ", torn dropped: %" PRIu64
+		       "\ntails: %" PRIu64 " (%" PRIu64 " bytes), %" PRIu64
+		       " expired; connections: %" PRIu64 "\n",
+		       st->dram.blocks, st->dram.bytes, st->dram.capacity,
+		       st->nvme.blocks, st->nvme.bytes, st->segments,
+		       st->nvme_file_bytes,
+		       st->direct_io ? "O_DIRECT" : "buffered", s.uptime_s,
+		       st->hits, st->misses, st->evictions, st->spills,
+		       st->corrupt_dropped, st->torn_dropped, s.tails,
+		       s.tail_bytes, s.tails_expired, s.connections);
+		return KVS_EXIT_OK;
+	}
+	kvs_cli_json_init(&j, stdout);
+	kvs_cli_json_object_begin(&j, NULL);
+	/* the daemon's counters, since it started */
+	kvs_cli_store_stats_json(&j, st, "daemon");
+	kvs_cli_json_u64(&j, "tails", s.tails);
+	kvs_cli_json_u64(&j, "tail_bytes", s.tail_bytes);
+	kvs_cli_json_u64(&j, "tails_expired", s.tails_expired);
+	kvs_cli_json_u64(&j, "connections", s.connections);
+	kvs_cli_json_u64(&j, "uptime_s", s.uptime_s);
+	kvs_cli_json_object_end(&j);
+	kvs_cli_json_finish(&j);
+	return KVS_EXIT_OK;
+}
+
+int kvs_cmd_remote(int argc, char **argv)
+{
+	static const char *const subs[] = { "put", "get", "exists", "delete",
+					    "stat" };
+	struct remote_args a = { 0 };
+	struct kvs_cli_opt opts[] = {
+		KVS_OPT_STR("server", &a.server, true),
+		KVS_OPT_STR("auth-key-file", &a.key_file, true),
+		KVS_OPT_U32("timeout-ms", &a.timeout_ms, 1, 3600000, false),
+		KVS_OPT_STR("out", &a.out, false),
+		KVS_OPT_FLAG("durable", &a.durable),
+		KVS_OPT_FLAG("json", &a.json),
+		KVS_OPT_FLAG("shared-memory", &a.shared_memory),
+	};
+	const char **pos = calloc((size_t)argc + 1, sizeof(*pos));
+	const char *sub;
+	struct kvs_client *c;
+	size_t n_pos, need;
+	int rc;
+
+	if (!pos)
+		return KVS_EXIT_FAIL;
+	rc = kvs_cli_parse("remote", argc, argv, opts,
+			   sizeof(opts) / sizeof(opts[0]), pos, (size_t)argc,
+			   &n_pos);
+	if (rc) {
+		free(pos);
+		return kvs_cli_usage("remote", remote_usage, rc);
+	}
+	sub = n_pos ? pos[0] : NULL;
+	for (need = 0; sub && need < 5; need++)
+		if (strcmp(sub, subs[need]) == 0)
+			break;
+	if (!sub || need == 5) {
+		free(pos);
+		if (sub)
+			return kvs_cli_usage_error("remote",
+						   "unknown command '%s'", sub);
+		return kvs_cli_usage_error("remote",
+					   "which command? put, get, exists, "
+					   "delete or stat");
+	}
+	if ((strcmp(sub, "stat") == 0 && n_pos != 1) ||
+	    (strcmp(sub, "get") == 0 && (n_pos != 2 || !a.out)) ||
+	    (strcmp(sub, "stat") != 0 && n_pos < 2)) {
+		bool no_out = strcmp(sub, "get") == 0 && n_pos == 2;
+
+		free(pos);
+		return kvs_cli_usage_error(
+			sub, "%s",
+			no_out ? "where to? (--out FILE "
+				 "missing)"
+			       : "wrong number of arguments");
+	}
+	if (connect_to(sub, &a, &c)) {
+		free(pos);
+		return KVS_EXIT_FAIL;
+	}
+	if (strcmp(sub, "put") == 0)
+		rc = remote_put(c, &a, (char **)pos + 1, n_pos - 1);
+	else if (strcmp(sub, "get") == 0)
+		rc = remote_get(c, &a, (char **)pos + 1, n_pos - 1);
+	else if (strcmp(sub, "stat") == 0)
+		rc = remote_stat(c, &a);
+	else
+		rc = remote_keys(c, sub, (char **)pos + 1, n_pos - 1);
+	kvs_client_close(c);
+	free(pos);
+	return rc;
+}
