@@ -242,6 +242,8 @@ int client_try(const struct daemon *d, const char *tenant,
 	kvs_client_opts_default(&o);
 	o.address = d->addr;
 	o.key_file = key_path(d, tenant);
+	/* 64 clients connecting at once on a loaded 2-core machine */
+	o.connect_timeout_ms = 30000;
 	o.timeout_ms = 10000;
 	return kvs_client_connect(&o, out);
 }
