@@ -273,6 +273,14 @@ static void drive_until_done(struct kvs_client *cl, struct kvs_client_req *req)
 			pthread_mutex_lock(&cl->lock);
 			continue;
 		}
+		if (driving) {
+			/* the progress thread holds the worker for one turn;
+			 * it then sees a waiter and leaves UCX to us (sleeping
+			 * here instead would leave both asleep for a tick) */
+			sched_yield();
+			pthread_mutex_lock(&cl->lock);
+			continue;
+		}
 		/* another thread drives: it wakes us when ours completes */
 		clock_gettime(CLOCK_REALTIME, &until);
 		until.tv_nsec += 1000000;
