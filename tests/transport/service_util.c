@@ -234,18 +234,24 @@ void daemon_cleanup(struct daemon *d)
 			live[i].dir[0] = '\0';
 }
 
-int client_try(const struct daemon *d, const char *tenant,
-	       struct kvs_client **out)
+int client_try_within(const struct daemon *d, const char *tenant,
+		      uint32_t connect_timeout_ms, struct kvs_client **out)
 {
 	struct kvs_client_opts o;
 
 	kvs_client_opts_default(&o);
 	o.address = d->addr;
 	o.key_file = key_path(d, tenant);
-	/* 64 clients connecting at once on a loaded 2-core machine */
-	o.connect_timeout_ms = 30000;
+	if (connect_timeout_ms)
+		o.connect_timeout_ms = connect_timeout_ms;
 	o.timeout_ms = 10000;
 	return kvs_client_connect(&o, out);
+}
+
+int client_try(const struct daemon *d, const char *tenant,
+	       struct kvs_client **out)
+{
+	return client_try_within(d, tenant, 0, out);
 }
 
 struct kvs_client *client_of(const struct daemon *d, const char *tenant,

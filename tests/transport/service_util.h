@@ -50,6 +50,9 @@ int daemons_reap(void **state);
 /* A connected client of @tenant; asserts success. */
 struct kvs_client *client_of(const struct daemon *d, const char *tenant,
 			     uint32_t timeout_ms);
+/* client_try with a connect timeout of its own (0: the default). */
+int client_try_within(const struct daemon *d, const char *tenant,
+		      uint32_t connect_timeout_ms, struct kvs_client **out);
 /* kvs_client_connect's result for @tenant. */
 int client_try(const struct daemon *d, const char *tenant,
 	       struct kvs_client **out);
