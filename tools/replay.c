@@ -1,7 +1,7 @@
 /*
  * replay.c - the plan of a replay, its objects (one encoded template,
- * re-identified per object), the store target, and the replay loop
- * (contracts in replay.h).
+ * re-identified per object), the in-process store target, and the replay
+ * loop (contracts in replay.h; the kvstashd target is replay_server.c).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -112,16 +112,33 @@ int replay_plan_make(const struct replay_model *m, enum replay_format format,
  * capacity (its ghost lists). */
 #define STORE_GHOST_MIN 256
 
+/* The store record bytes of one block at the plan's scale (@block) and
+ * at scale 1 (@full). */
+static void block_records(const struct replay_plan *p, uint64_t *block,
+			  uint64_t *full)
+{
+	*block = (uint64_t)p->objects_per_block *
+		 replay_record_bytes(p->object_bytes);
+	*full = (uint64_t)p->spans_per_block * p->layers_kept * p->layer_div *
+		replay_record_bytes(p->full_object_bytes);
+}
+
+uint64_t replay_plan_unscale(const struct replay_plan *p, uint64_t bytes)
+{
+	uint64_t block, full;
+
+	block_records(p, &block, &full);
+	return (uint64_t)((unsigned __int128)bytes * full / block);
+}
+
 void replay_plan_tiers(const struct replay_plan *p, uint64_t dram,
 		       uint64_t nvme, uint64_t segment_size,
 		       struct replay_tiers *out)
 {
 	uint64_t rec = replay_record_bytes(p->object_bytes);
-	uint64_t block = (uint64_t)p->objects_per_block * rec;
-	uint64_t full = (uint64_t)p->spans_per_block * p->layers_kept *
-			p->layer_div *
-			replay_record_bytes(p->full_object_bytes);
-	uint64_t body, nseg, recs;
+	uint64_t block, full, body, nseg, recs;
+
+	block_records(p, &block, &full);
 
 	memset(out, 0, sizeof(*out));
 	out->exact = true;
@@ -342,12 +359,13 @@ struct store_target {
 	size_t refs_cap;
 };
 
-static size_t store_lookup(void *ctx, const uint8_t (*ids)[KVS_ID_SIZE],
-			   size_t n, const uint32_t *layers, size_t n_layers)
+static int store_lookup(void *ctx, const uint8_t (*ids)[KVS_ID_SIZE], size_t n,
+			const uint32_t *layers, size_t n_layers, size_t *prefix)
 {
 	struct store_target *st = ctx;
 
-	return kvs_store_lookup_prefix(st->store, ids, n, layers, n_layers);
+	*prefix = kvs_store_lookup_prefix(st->store, ids, n, layers, n_layers);
+	return 0;
 }
 
 static int store_get(void *ctx, const struct kvs_store_key *keys, size_t n,
@@ -385,12 +403,15 @@ static int store_put(void *ctx, const uint8_t *const *objs, const size_t *lens,
 	return 0;
 }
 
-static void store_counters(void *ctx, struct replay_counters *out)
+static int store_counters(void *ctx, struct replay_counters *out)
 {
 	struct store_target *st = ctx;
 	struct kvs_store_stats s;
 
 	kvs_store_stats_get(st->store, &s);
+	memset(out, 0, sizeof(*out));
+	out->hits = s.hits;
+	out->misses = s.misses;
 	out->dram_hits = s.dram_hits;
 	out->nvme_hits = s.nvme_hits;
 	out->evictions = s.evictions;
@@ -402,8 +423,13 @@ static void store_counters(void *ctx, struct replay_counters *out)
 	out->dram_bytes = s.dram.bytes;
 	out->nvme_objects = s.nvme.blocks;
 	out->nvme_bytes = s.nvme.bytes;
+	out->dram_capacity = s.dram.capacity;
+	out->nvme_capacity = s.nvme.capacity;
 	out->segments = s.segments;
 	out->direct_io = s.direct_io;
+	out->tier_hits = true;
+	out->moves = true;
+	return 0;
 }
 
 /* Removes the store directory @dir that this process created (its
@@ -477,6 +503,8 @@ int replay_target_store(const char *cmd, const struct replay_store_config *c,
 	}
 	out->ops = &store_ops;
 	out->ctx = st;
+	out->name = "store";
+	out->tiers_per_block = true;
 	return 0;
 
 fail_dir:
@@ -509,29 +537,27 @@ static int read_block(struct replay_objects *o, const struct trace *t,
 {
 	const struct replay_plan *p = &o->plan;
 	struct replay_counters before, after;
-	uint64_t from_nvme, misses = 0;
+	uint64_t misses = 0;
 	int rc;
 
 	rc = block_objects(o, t, node, false);
+	if (rc == 0 && tg->tiers_per_block)
+		rc = tg->ops->counters(tg->ctx, &before);
+	if (rc == 0)
+		rc = tg->ops->get(tg->ctx, o->keys, p->objects_per_block,
+				  o->results);
+	if (rc == 0 && tg->tiers_per_block)
+		rc = tg->ops->counters(tg->ctx, &after);
 	if (rc)
 		return rc;
-	tg->ops->counters(tg->ctx, &before);
-	rc = tg->ops->get(tg->ctx, o->keys, p->objects_per_block, o->results);
-	if (rc)
-		return rc;
-	tg->ops->counters(tg->ctx, &after);
 	for (uint32_t i = 0; i < p->objects_per_block; i++)
 		misses += o->results[i] != 0;
-	from_nvme = after.nvme_hits - before.nvme_hits;
 	out->objects_read += p->objects_per_block - misses;
 	out->read_misses += misses;
 	out->bytes_read += (p->objects_per_block - misses) * p->object_bytes;
-	out->nvme_bytes_read += from_nvme * p->object_bytes;
-	out->dram_bytes_read +=
-		(p->objects_per_block - misses - from_nvme) * p->object_bytes;
 	*ok = misses == 0;
-	if (*ok) {
-		if (from_nvme)
+	if (*ok && tg->tiers_per_block) {
+		if (after.nvme_hits != before.nvme_hits)
 			out->nvme_hit_blocks++;
 		else
 			out->dram_hit_blocks++;
@@ -578,24 +604,49 @@ void replay_tally_request(struct replay_tally *t,
 		hit_tokens < rq->input_length ? hit_tokens : rq->input_length;
 }
 
+/* The counts of @end less those of @start, with @end's gauges. */
+static void counters_since(const struct replay_counters *start,
+			   const struct replay_counters *end,
+			   struct replay_counters *out)
+{
+	*out = *end;
+	out->hits = end->hits - start->hits;
+	out->misses = end->misses - start->misses;
+	out->dram_hits = end->dram_hits - start->dram_hits;
+	out->nvme_hits = end->nvme_hits - start->nvme_hits;
+	out->evictions = end->evictions - start->evictions;
+	out->spills = end->spills - start->spills;
+	out->promotions = end->promotions - start->promotions;
+	out->carried = end->carried - start->carried;
+	out->corrupt_dropped = end->corrupt_dropped - start->corrupt_dropped;
+	out->tier_hits = start->tier_hits && end->tier_hits;
+	out->moves = start->moves && end->moves;
+}
+
 int replay_run(const struct trace *t, struct replay_objects *o,
 	       const struct replay_target *tg, const struct replay_progress *pg,
 	       struct replay_tally *out)
 {
 	const struct replay_plan *p = &o->plan;
+	const char *cmd = pg ? pg->cmd : "bench trace";
 	struct replay_tally tl = { 0 };
+	struct replay_counters start, end;
 	uint8_t(*ids)[KVS_ID_SIZE];
-	double t0 = now_s();
-	int rc = 0;
+	double t0;
+	int rc;
 
 	ids = malloc(((size_t)t->max_blocks * p->spans_kept + 1) *
 		     sizeof(*ids));
-	if (ids == NULL)
+	if (ids == NULL) {
+		kvs_cli_error(cmd, "out of memory");
 		return -ENOMEM;
+	}
+	rc = tg->ops->counters(tg->ctx, &start);
+	t0 = now_s();
 	for (size_t r = 0; r < t->n_requests && rc == 0; r++) {
 		const struct trace_request *rq = &t->requests[r];
 		const uint32_t *chain = t->chain + rq->first;
-		size_t n = 0, hit;
+		size_t n = 0, hit = 0;
 
 		for (uint32_t b = 0; b < rq->n_blocks; b++)
 			for (uint32_t k = 0; k < p->spans_kept; k++)
@@ -604,10 +655,10 @@ int replay_run(const struct trace *t, struct replay_objects *o,
 							   t->spans_per_block +
 						   kept_span(p, k)],
 				       KVS_ID_SIZE);
-		hit = tg->ops->lookup(tg->ctx,
-				      (const uint8_t(*)[KVS_ID_SIZE])ids, n,
-				      o->layers, p->layers_kept) /
-		      p->spans_kept;
+		rc = tg->ops->lookup(tg->ctx,
+				     (const uint8_t(*)[KVS_ID_SIZE])ids, n,
+				     o->layers, p->layers_kept, &hit);
+		hit /= p->spans_kept;
 		for (size_t b = 0; b < hit && rc == 0; b++) {
 			bool ok;
 
@@ -623,13 +674,21 @@ int replay_run(const struct trace *t, struct replay_objects *o,
 				      now_s() - t0);
 	}
 	free(ids);
+	tl.wall_seconds = now_s() - t0;
+	if (rc == 0)
+		rc = tg->ops->counters(tg->ctx, &end);
 	if (rc) {
-		kvs_cli_fail(pg ? pg->cmd : "bench trace", rc, "replay");
+		kvs_cli_fail(cmd, rc, tg->name);
 		return rc;
 	}
-	tg->ops->counters(tg->ctx, &tl.target);
+	counters_since(&start, &end, &tl.target);
+	tl.tier_blocks = tg->tiers_per_block;
+	tl.objects_before = start.dram_objects + start.nvme_objects;
 	tl.nvme_bytes_written = tl.target.spills * p->object_bytes;
-	tl.wall_seconds = now_s() - t0;
+	if (tl.target.tier_hits) {
+		tl.dram_bytes_read = tl.target.dram_hits * p->object_bytes;
+		tl.nvme_bytes_read = tl.target.nvme_hits * p->object_bytes;
+	}
 	*out = tl;
 	return 0;
 }
