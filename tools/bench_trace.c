@@ -420,6 +420,7 @@ static int open_server(const struct args *a, struct outcome *out,
 	sc.timeout_ms = a->timeout_ms;
 	sc.shared_memory = a->shared_memory;
 	sc.object_bytes = out->plan.object_bytes;
+	sc.objects_per_block = out->plan.objects_per_block;
 	rc = replay_target_server(CMD, &sc, tg);
 	if (rc)
 		return rc;
@@ -464,21 +465,22 @@ static int replay_one(const struct args *a, const struct replay_model *m,
 			      format_label(m, f, fmt, sizeof(fmt)));
 		return rc;
 	}
-	rc = replay_objects_init(&objs, m, &out->plan, model_fp);
-	if (rc) {
-		kvs_cli_fail(CMD, rc, "template object");
-		return rc;
-	}
 	if (a->server)
 		rc = open_server(a, out, &tg);
 	else
 		rc = open_store(a, dram, nvme, noted, out, &tg);
 	if (rc)
-		goto out_objs;
+		return rc;
+	rc = replay_objects_init(&objs, m, &out->plan, model_fp,
+				 tg.batch_blocks);
+	if (rc) {
+		kvs_cli_fail(CMD, rc, "template object");
+		goto out_close;
+	}
 	rc = replay_lru(t, &out->plan, out->dram, out->nvme, &out->lru);
 	if (rc) {
 		kvs_cli_fail(CMD, rc, "LRU");
-		goto out_close;
+		goto out_objs;
 	}
 	snprintf(label, sizeof(label), "%s, DRAM %s, NVMe %s",
 		 format_label(m, f, fmt, sizeof(fmt)),
@@ -495,10 +497,10 @@ static int replay_one(const struct args *a, const struct replay_model *m,
 			      kvs_strerror(out->store.first_refusal));
 		rc = -KVS_EPARAM;
 	}
-out_close:
-	tg.ops->close(tg.ctx);
 out_objs:
 	replay_objects_fini(&objs);
+out_close:
+	tg.ops->close(tg.ctx);
 	return rc;
 }
 

@@ -3,6 +3,7 @@
  * re-identified per object), the in-process store target, and the replay
  * loop (contracts in replay.h; the kvstashd target is replay_server.c).
  */
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -249,15 +250,19 @@ out_free:
 
 int replay_objects_init(struct replay_objects *o, const struct replay_model *m,
 			const struct replay_plan *plan,
-			const uint8_t model_fp[KVS_ID_SIZE])
+			const uint8_t model_fp[KVS_ID_SIZE],
+			uint32_t max_blocks)
 {
-	uint32_t n = plan->objects_per_block;
+	size_t n = (size_t)plan->objects_per_block * max_blocks;
 	uint8_t *tmpl = NULL;
 	size_t len = 0;
 	int rc;
 
 	memset(o, 0, sizeof(*o));
+	if (max_blocks == 0)
+		return -KVS_EPARAM;
 	o->plan = *plan;
+	o->max_blocks = max_blocks;
 	memcpy(o->model_fp, model_fp, KVS_ID_SIZE);
 	rc = make_template(m, plan, &tmpl, &len);
 	if (rc)
@@ -266,7 +271,7 @@ int replay_objects_init(struct replay_objects *o, const struct replay_model *m,
 		free(tmpl);
 		return -KVS_EPARAM;
 	}
-	o->images = malloc((size_t)n * len);
+	o->images = malloc(n * len);
 	o->objs = calloc(n, sizeof(*o->objs));
 	o->lens = calloc(n, sizeof(*o->lens));
 	o->results = calloc(n, sizeof(*o->results));
@@ -278,9 +283,9 @@ int replay_objects_init(struct replay_objects *o, const struct replay_model *m,
 		replay_objects_fini(o);
 		return -ENOMEM;
 	}
-	for (uint32_t i = 0; i < n; i++) {
-		memcpy(o->images + (size_t)i * len, tmpl, len);
-		o->objs[i] = o->images + (size_t)i * len;
+	for (size_t i = 0; i < n; i++) {
+		memcpy(o->images + i * len, tmpl, len);
+		o->objs[i] = o->images + i * len;
 		o->lens[i] = len;
 	}
 	for (uint32_t l = 0; l < plan->layers_kept; l++)
@@ -307,15 +312,16 @@ static uint32_t kept_span(const struct replay_plan *p, uint32_t k)
 	return (k + 1) * p->span_div - 1;
 }
 
-/* The keys of @node's objects into o->keys; with @stamp, the objects
- * themselves are given those identities. */
+/* The keys of @node's objects into o->keys, as block @slot of a batch;
+ * with @stamp, the objects themselves are given those identities. */
 static int block_objects(struct replay_objects *o, const struct trace *t,
-			 uint32_t node, bool stamp)
+			 uint32_t node, uint32_t slot, bool stamp)
 {
 	const struct replay_plan *p = &o->plan;
 	const struct trace_node *nd = &t->nodes[node];
 	static const uint8_t root[KVS_ID_SIZE];
-	uint32_t per = t->spans_per_block, at = 0;
+	uint32_t per = t->spans_per_block;
+	size_t at = (size_t)slot * p->objects_per_block;
 	struct kvs_ident ident;
 	int rc;
 
@@ -505,6 +511,7 @@ int replay_target_store(const char *cmd, const struct replay_store_config *c,
 	out->ctx = st;
 	out->name = "store";
 	out->tiers_per_block = true;
+	out->batch_blocks = 1;
 	return 0;
 
 fail_dir:
@@ -530,33 +537,45 @@ static void progress_line(const struct replay_progress *pg, size_t done,
 		secs > 0 ? (double)done / secs : 0.0);
 }
 
-/* Reads the objects of @node's block; *@ok false if any missed. */
-static int read_block(struct replay_objects *o, const struct trace *t,
-		      const struct replay_target *tg, uint32_t node,
-		      struct replay_tally *out, bool *ok)
+/*
+ * Reads the objects of the @k blocks @nodes in one get; *@whole is how
+ * many of them, from the first, were read without a miss.  Blocks after
+ * the first that missed were read all the same (the target saw them).
+ */
+static int read_blocks(struct replay_objects *o, const struct trace *t,
+		       const struct replay_target *tg, const uint32_t *nodes,
+		       uint32_t k, struct replay_tally *out, uint32_t *whole)
 {
 	const struct replay_plan *p = &o->plan;
+	uint32_t per = p->objects_per_block;
 	struct replay_counters before, after;
-	uint64_t misses = 0;
-	int rc;
+	int rc = 0;
 
-	rc = block_objects(o, t, node, false);
+	for (uint32_t j = 0; j < k && rc == 0; j++)
+		rc = block_objects(o, t, nodes[j], j, false);
 	if (rc == 0 && tg->tiers_per_block)
 		rc = tg->ops->counters(tg->ctx, &before);
 	if (rc == 0)
-		rc = tg->ops->get(tg->ctx, o->keys, p->objects_per_block,
+		rc = tg->ops->get(tg->ctx, o->keys, (size_t)k * per,
 				  o->results);
 	if (rc == 0 && tg->tiers_per_block)
 		rc = tg->ops->counters(tg->ctx, &after);
 	if (rc)
 		return rc;
-	for (uint32_t i = 0; i < p->objects_per_block; i++)
-		misses += o->results[i] != 0;
-	out->objects_read += p->objects_per_block - misses;
-	out->read_misses += misses;
-	out->bytes_read += (p->objects_per_block - misses) * p->object_bytes;
-	*ok = misses == 0;
-	if (*ok && tg->tiers_per_block) {
+	*whole = k;
+	for (uint32_t j = 0; j < k; j++) {
+		uint64_t misses = 0;
+
+		for (uint32_t i = 0; i < per; i++)
+			misses += o->results[(size_t)j * per + i] != 0;
+		out->objects_read += per - misses;
+		out->read_misses += misses;
+		out->bytes_read += (per - misses) * p->object_bytes;
+		if (misses && *whole == k)
+			*whole = j;
+	}
+	/* with tiers_per_block, one block a get */
+	if (*whole == 1 && tg->tiers_per_block) {
 		if (after.nvme_hits != before.nvme_hits)
 			out->nvme_hit_blocks++;
 		else
@@ -565,19 +584,22 @@ static int read_block(struct replay_objects *o, const struct trace *t,
 	return 0;
 }
 
-static int write_block(struct replay_objects *o, const struct trace *t,
-		       const struct replay_target *tg, uint32_t node,
-		       struct replay_tally *out)
+/* Puts the objects of the @k blocks @nodes in one put. */
+static int write_blocks(struct replay_objects *o, const struct trace *t,
+			const struct replay_target *tg, const uint32_t *nodes,
+			uint32_t k, struct replay_tally *out)
 {
 	const struct replay_plan *p = &o->plan;
-	int rc = block_objects(o, t, node, true);
+	size_t n = (size_t)k * p->objects_per_block;
+	int rc = 0;
 
+	for (uint32_t j = 0; j < k && rc == 0; j++)
+		rc = block_objects(o, t, nodes[j], j, true);
 	if (rc == 0)
-		rc = tg->ops->put(tg->ctx, o->objs, o->lens,
-				  p->objects_per_block, o->results);
+		rc = tg->ops->put(tg->ctx, o->objs, o->lens, n, o->results);
 	if (rc)
 		return rc;
-	for (uint32_t i = 0; i < p->objects_per_block; i++) {
+	for (size_t i = 0; i < n; i++) {
 		if (o->results[i] == 0) {
 			out->objects_put++;
 			out->bytes_written += p->object_bytes;
@@ -631,9 +653,13 @@ int replay_run(const struct trace *t, struct replay_objects *o,
 	const char *cmd = pg ? pg->cmd : "bench trace";
 	struct replay_tally tl = { 0 };
 	struct replay_counters start, end;
+	uint32_t batch = tg->batch_blocks < o->max_blocks ? tg->batch_blocks
+							  : o->max_blocks;
 	uint8_t(*ids)[KVS_ID_SIZE];
 	double t0;
 	int rc;
+
+	assert(batch > 0 && (!tg->tiers_per_block || batch == 1));
 
 	ids = malloc(((size_t)t->max_blocks * p->spans_kept + 1) *
 		     sizeof(*ids));
@@ -659,15 +685,24 @@ int replay_run(const struct trace *t, struct replay_objects *o,
 				     (const uint8_t(*)[KVS_ID_SIZE])ids, n,
 				     o->layers, p->layers_kept, &hit);
 		hit /= p->spans_kept;
-		for (size_t b = 0; b < hit && rc == 0; b++) {
-			bool ok;
+		for (size_t b = 0; b < hit && rc == 0;) {
+			uint32_t k = (uint32_t)(hit - b < batch ? hit - b
+								: batch),
+				 whole = 0;
 
-			rc = read_block(o, t, tg, chain[b], &tl, &ok);
-			if (rc == 0 && !ok)
-				hit = b; /* the prefix ends at a miss */
+			rc = read_blocks(o, t, tg, chain + b, k, &tl, &whole);
+			if (rc == 0 && whole < k)
+				hit = b + whole; /* the prefix ends at a miss */
+			else
+				b += k;
 		}
-		for (size_t b = hit; b < rq->n_blocks && rc == 0; b++)
-			rc = write_block(o, t, tg, chain[b], &tl);
+		for (size_t b = hit; b < rq->n_blocks && rc == 0; b += batch) {
+			uint32_t k = (uint32_t)(rq->n_blocks - b < batch
+							? rq->n_blocks - b
+							: batch);
+
+			rc = write_blocks(o, t, tg, chain + b, k, &tl);
+		}
 		replay_tally_request(&tl, rq, hit, p->block_tokens);
 		if (pg && pg->every && tl.requests % pg->every == 0)
 			progress_line(pg, tl.requests, t->n_requests, &tl,

@@ -103,11 +103,14 @@ void replay_plan_tiers(const struct replay_plan *p, uint64_t dram,
  */
 uint64_t replay_plan_unscale(const struct replay_plan *p, uint64_t bytes);
 
-/* The objects of one trace block, ready to put. */
+/* The objects of up to max_blocks trace blocks, ready to put: block j
+ * of a batch is objects [j x objects_per_block, (j+1) x objects_per_block)
+ * of every array. */
 struct replay_objects {
 	struct replay_plan plan;
+	uint32_t max_blocks;
 	uint8_t model_fp[KVS_ID_SIZE];
-	uint8_t *images; /* objects_per_block copies of the template */
+	uint8_t *images; /* copies of the template */
 	const uint8_t **objs;
 	size_t *lens;
 	int *results;
@@ -115,11 +118,13 @@ struct replay_objects {
 	uint32_t *layers; /* 0 .. layers_kept - 1, for lookups */
 };
 
-/* Encodes the template (random finite K/V, deterministic) for @plan.
- * 0 or an error; release with replay_objects_fini. */
+/* Encodes the template (random finite K/V, deterministic) for @plan, in
+ * buffers for @max_blocks blocks (at least 1).  0 or an error; release
+ * with replay_objects_fini. */
 int replay_objects_init(struct replay_objects *o, const struct replay_model *m,
 			const struct replay_plan *plan,
-			const uint8_t model_fp[KVS_ID_SIZE]);
+			const uint8_t model_fp[KVS_ID_SIZE],
+			uint32_t max_blocks);
 void replay_objects_fini(struct replay_objects *o);
 
 /* ---- targets --------------------------------------------------------- */
@@ -169,10 +174,15 @@ struct replay_target {
 	const char *name; /* for messages: "store", or the daemon's address */
 	/* The counters move with this replay's requests only and cost
 	 * nothing to read: read around each block's get, they tell the tier
-	 * each hit block was read from.  A daemon's are read only before
-	 * and after the replay (a request each, and shared with its other
-	 * clients). */
+	 * each hit block was read from (then batch_blocks is 1).  A daemon's
+	 * are read only before and after the replay (a request each, and
+	 * shared with its other clients). */
 	bool tiers_per_block;
+	/* Blocks of one request handed to one get or put (a target splits
+	 * them further where it must): 1 in-process, so that each block is
+	 * its own batch as in the runtime's block-at-a-time use; more for a
+	 * daemon, where every call is a round trip. */
+	uint32_t batch_blocks;
 };
 
 struct replay_store_config {
@@ -196,15 +206,18 @@ struct replay_server_config {
 	bool shared_memory; /* as kvs_client_opts.shared_memory */
 	size_t object_bytes; /* the replay's objects (gets read into
 				buffers of this size) */
+	uint32_t objects_per_block; /* for batch_blocks */
 };
 
 /*
  * replay_target_server - a kvstashd through the client library: lookups
  * of the chain, gets and puts (at memory durability) in batches within
- * the daemon's limits, counters from its STAT.  The daemon's store is
- * whatever it holds: close only disconnects.  0 or an error after
- * printing why (unreachable, authentication refused, objects over the
- * daemon's --max-object).  Only in builds with the network service.
+ * the daemon's limits, counters from its STAT; batch_blocks as many
+ * blocks as one request's payload may carry (at most 64 MiB).  The
+ * daemon's store is whatever it holds: close only disconnects.  0 or an
+ * error after printing why (unreachable, authentication refused, objects
+ * over the daemon's --max-object).  Only in builds with the network
+ * service.
  */
 int replay_target_server(const char *cmd, const struct replay_server_config *c,
 			 struct replay_target *out);
@@ -246,11 +259,11 @@ struct replay_progress {
 /*
  * replay_run - every request in order: look up its longest cached prefix
  * (the kept span ids of its blocks, every kept layer), read the objects
- * of the hit blocks (one read per block, so that a read that misses ends
- * the prefix there, and with tiers_per_block each block's tier is known),
- * then put the objects of every block after the prefix, one batch a
- * block.  Bytes read per tier come from the target's counters (where it
- * has them).  0 or a fatal error after printing why.
+ * of the hit blocks, then put the objects of every block after the
+ * prefix, batch_blocks blocks a get or put (@o holds as many).  A read
+ * that misses ends the prefix at its block; with tiers_per_block each
+ * hit block's tier is known.  Bytes read per tier come from the target's
+ * counters (where it has them).  0 or a fatal error after printing why.
  */
 int replay_run(const struct trace *t, struct replay_objects *o,
 	       const struct replay_target *target,

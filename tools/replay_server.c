@@ -20,6 +20,8 @@
 /* Spans of one lookup request at most (the protocol allows more; this
  * keeps a request's payload small whatever the daemon's limit). */
 #define LOOKUP_CHUNK 8192u
+/* Bytes of objects the replay hands over in one get or put at most. */
+#define BATCH_BYTES (64ull << 20)
 
 struct server_target {
 	struct kvs_client *client;
@@ -177,6 +179,19 @@ static int alloc_gets(struct server_target *sv)
 	return 0;
 }
 
+/* Blocks of a request that one payload of the daemon carries (one at
+ * least): a request's gets and puts in as few round trips as may be. */
+static uint32_t batch_blocks(const struct server_target *sv,
+			     uint32_t objects_per_block)
+{
+	uint64_t budget = sv->lim.max_payload < BATCH_BYTES
+				  ? sv->lim.max_payload
+				  : BATCH_BYTES;
+	uint64_t n = budget / ((uint64_t)objects_per_block * sv->object_bytes);
+
+	return n == 0 ? 1 : n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
 int replay_target_server(const char *cmd, const struct replay_server_config *c,
 			 struct replay_target *out)
 {
@@ -230,6 +245,7 @@ int replay_target_server(const char *cmd, const struct replay_server_config *c,
 	out->ctx = sv;
 	out->name = c->address;
 	out->tiers_per_block = false;
+	out->batch_blocks = batch_blocks(sv, c->objects_per_block);
 	return 0;
 
 fail:
