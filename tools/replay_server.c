@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli_util.h"
+#include "cmd.h"
 #include "kvstash/client.h"
 #include "kvstash/error.h"
 #include "replay.h"
@@ -196,7 +197,6 @@ int replay_target_server(const char *cmd, const struct replay_server_config *c,
 			 struct replay_target *out)
 {
 	struct server_target *sv = calloc(1, sizeof(*sv));
-	struct kvs_client_opts o;
 	int rc;
 
 	if (sv == NULL) {
@@ -204,22 +204,9 @@ int replay_target_server(const char *cmd, const struct replay_server_config *c,
 		return -ENOMEM;
 	}
 	sv->object_bytes = c->object_bytes;
-	kvs_client_opts_default(&o);
-	o.address = c->address;
-	o.key_file = c->key_file;
-	o.shared_memory = c->shared_memory;
-	if (c->timeout_ms) {
-		o.timeout_ms = c->timeout_ms;
-		o.connect_timeout_ms = c->timeout_ms;
-	}
-	rc = kvs_client_connect(&o, &sv->client);
+	rc = kvs_cli_client_connect(cmd, c->address, c->key_file, c->timeout_ms,
+				    c->shared_memory, &sv->client);
 	if (rc) {
-		if (rc == -KVS_EAUTH)
-			kvs_cli_error(cmd, "%s: authentication refused",
-				      c->address);
-		else
-			kvs_cli_error(cmd, "%s: %s", c->address,
-				      kvs_strerror(rc));
 		server_free(sv);
 		return rc;
 	}
