@@ -47,7 +47,8 @@ static const char trace_usage[] =
 	"       kvstash bench trace TRACE --server HOST:PORT --auth-key-file "
 	"FILE\n"
 	"           [--timeout-ms N] [--shared-memory] [the options above but\n"
-	"           --dir, the capacities, --segment-size and --sweep]\n"
+	"           --dir, the capacities, --segment-size, --sweep and "
+	"--fp16]\n"
 	"\n"
 	"Replays TRACE (Mooncake JSON lines: timestamp, input_length,\n"
 	"output_length, hash_ids; or CSV, see docs/REPLAY.md) through a new\n"
@@ -172,7 +173,8 @@ static bool opt_seen(const struct kvs_cli_opt *opts, size_t n, const char *name)
  * With --server the store is the daemon's: what would configure the
  * store made here is refused rather than ignored (a capacity given here
  * would not be the one replayed), and so is a sweep (one daemon has one
- * capacity).  The client's options need --server.
+ * capacity) and --fp16 (the daemon's puts take sealed blocks only).  The
+ * client's options need --server.
  */
 static int check_server_args(const struct args *a,
 			     const struct kvs_cli_opt *opts, size_t n)
@@ -209,6 +211,11 @@ static int check_server_args(const struct args *a,
 			CMD, "--sweep with --server: a daemon has one "
 			     "capacity (sweep in-process, or replay once per "
 			     "daemon)");
+	if (a->fp16)
+		return kvs_cli_usage_error(
+			CMD, "--fp16 with --server: kvstashd stores sealed "
+			     "blocks only (the fp16 objects are residual "
+			     "tails, which it takes as request handoffs)");
 	for (size_t i = 0; i < 4; i++)
 		if (opt_seen(opts, n, store_only[i]))
 			return kvs_cli_usage_error(

@@ -509,6 +509,7 @@ def group_args():
         (srv + ["--nvme-capacity", "1G"], "--nvme-capacity with --server"),
         (srv + ["--segment-size", "1M"], "--segment-size with --server"),
         (srv + ["--dir", SCRATCH], "--dir with --server"),
+        (srv + ["--fp16"], "kvstashd stores sealed blocks only"),
         (srv[:2], "needs --auth-key-file"),
         (["--auth-key-file", "keys"], "--auth-key-file goes with --server"),
         (["--timeout-ms", "5"], "--timeout-ms goes with --server"),
