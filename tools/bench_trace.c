@@ -1,10 +1,12 @@
 /*
  * bench_trace.c - `kvstash bench trace TRACE`: replays a serving trace
  * (Mooncake JSON lines or CSV, trace.h) through the real store engine,
- * with an LRU simulation of the same capacities beside it, and reports
- * prefix hits, tiers, evictions and bytes; `--sweep` repeats that over a
- * list of capacities for the quantized blocks and for fp16 side by side,
- * and `--plot` draws the curve (bench/trace_plot.py, matplotlib).
+ * or with `--server` through a kvstashd, with an LRU simulation of the
+ * same capacities beside it, and reports prefix hits, tiers, evictions
+ * and bytes; `--sweep` repeats that over a list of capacities for the
+ * quantized blocks and for fp16 side by side (in-process only: a daemon
+ * has one capacity), and `--plot` draws the curve (bench/trace_plot.py,
+ * matplotlib).
  *
  * Organisation: options -> the model and plans -> the trace and its span
  * ids -> one replay per (capacity, format) -> text or JSON.  The mapping
@@ -23,6 +25,7 @@
 
 #include "cli_util.h"
 #include "cmd.h"
+#include "kvs_config.h"
 #include "kvstash/error.h"
 #include "replay.h"
 
@@ -41,6 +44,11 @@ static const char trace_usage[] =
 	"           [--sweep CAPS [--sweep-tier dram|nvme] [--plot PNG]]\n"
 	"           [--format auto|jsonl|csv] [--on-error fatal|skip]\n"
 	"           [--namespace NS] [--progress N] [--json]\n"
+	"       kvstash bench trace TRACE --server HOST:PORT --auth-key-file "
+	"FILE\n"
+	"           [--timeout-ms N] [--shared-memory] [the options above but\n"
+	"           --dir, the capacities, --segment-size, --sweep and "
+	"--fp16]\n"
 	"\n"
 	"Replays TRACE (Mooncake JSON lines: timestamp, input_length,\n"
 	"output_length, hash_ids; or CSV, see docs/REPLAY.md) through a new\n"
@@ -70,10 +78,17 @@ static const char trace_usage[] =
 	"curve\n"
 	"when matplotlib is installed.  Sizes take K, M, G, T suffixes "
 	"(binary).\n"
+	"--server replays through that kvstashd instead (its store, its\n"
+	"capacities: with --scale K give it capacities divided by K); "
+	"counters\n"
+	"are the differences of its STAT over the replay, so start it empty "
+	"for\n"
+	"counts comparable to an in-process replay.\n"
 	"A malformed line is fatal unless --on-error skip.  Progress goes to\n"
 	"stderr every N requests (default 10000, 0 = none).  Exit status: 0 "
 	"ok,\n"
-	"1 failure (unreadable or malformed trace, store error), 2 usage.\n";
+	"1 failure (unreadable or malformed trace, store or daemon error), "
+	"2 usage.\n";
 
 struct model_preset {
 	const char *name;
@@ -90,20 +105,22 @@ static const struct model_preset presets[] = {
 struct args {
 	const char *trace_path, *dir, *model, *meta, *sweep, *sweep_tier;
 	const char *plot, *format, *on_error, *ns;
+	const char *server, *key_file; /* --server: the kvstashd target */
 	uint64_t dram, nvme, segment, progress;
 	uint32_t block_tokens, layers, kv_heads, head_dim, bits, group;
-	uint32_t residual, span, scale;
-	bool fp16, json;
+	uint32_t residual, span, scale, timeout_ms;
+	bool fp16, json, shared_memory;
 	uint64_t caps[SWEEP_MAX]; /* --sweep, parsed */
 	size_t n_caps;
 };
 
-/* One replay's results: the store's and the LRU's. */
+/* One replay's results: the store's (or the daemon's) and the LRU's. */
 struct outcome {
 	struct replay_plan plan;
 	struct replay_tally store, lru;
 	uint64_t dram, nvme; /* capacities at scale 1 */
-	struct replay_tiers tiers; /* as given to the store */
+	struct replay_tiers tiers; /* as given to the store, or the daemon's */
+	const char *server; /* the daemon's address; NULL in-process */
 };
 
 static const char *format_label(const struct replay_model *m,
@@ -142,6 +159,72 @@ static int parse_sweep(const char *list, uint64_t *caps, size_t *n)
 	}
 	free(copy);
 	return rc;
+}
+
+static bool opt_seen(const struct kvs_cli_opt *opts, size_t n, const char *name)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(opts[i].name, name) == 0)
+			return opts[i].seen;
+	return false;
+}
+
+/*
+ * With --server the store is the daemon's: what would configure the
+ * store made here is refused rather than ignored (a capacity given here
+ * would not be the one replayed), and so is a sweep (one daemon has one
+ * capacity) and --fp16 (the daemon's puts take sealed blocks only).  The
+ * client's options need --server.
+ */
+static int check_server_args(const struct args *a,
+			     const struct kvs_cli_opt *opts, size_t n)
+{
+	static const char *const store_only[] = {
+		"dir",
+		"dram-capacity",
+		"nvme-capacity",
+		"segment-size",
+	};
+	static const char *const client_only[] = {
+		"auth-key-file",
+		"timeout-ms",
+		"shared-memory",
+	};
+
+	if (!a->server) {
+		for (size_t i = 0; i < 3; i++)
+			if (opt_seen(opts, n, client_only[i]))
+				return kvs_cli_usage_error(
+					CMD, "--%s goes with --server",
+					client_only[i]);
+		return 0;
+	}
+	if (!KVS_HAVE_UCX)
+		return kvs_cli_usage_error(CMD, "--server: this kvstash is "
+						"built without the network "
+						"service");
+	if (!a->key_file)
+		return kvs_cli_usage_error(CMD, "--server needs "
+						"--auth-key-file FILE");
+	if (a->sweep || opt_seen(opts, n, "sweep-tier") || a->plot)
+		return kvs_cli_usage_error(
+			CMD, "--sweep with --server: a daemon has one "
+			     "capacity (sweep in-process, or replay once per "
+			     "daemon)");
+	if (a->fp16)
+		return kvs_cli_usage_error(
+			CMD, "--fp16 with --server: kvstashd stores sealed "
+			     "blocks only (the fp16 objects are residual "
+			     "tails, which it takes as request handoffs)");
+	for (size_t i = 0; i < 4; i++)
+		if (opt_seen(opts, n, store_only[i]))
+			return kvs_cli_usage_error(
+				CMD,
+				"--%s with --server: the daemon's store and "
+				"capacities are replayed (set them on "
+				"kvstashd)",
+				store_only[i]);
+	return 0;
 }
 
 static int parse_args(int argc, char **argv, struct args *a)
@@ -194,13 +277,20 @@ static int parse_args(int argc, char **argv, struct args *a)
 		KVS_OPT_STR("namespace", &a->ns, false),
 		KVS_OPT_U64("progress", &a->progress, 0, 0, false),
 		KVS_OPT_FLAG("json", &a->json),
+		KVS_OPT_STR("server", &a->server, false),
+		KVS_OPT_STR("auth-key-file", &a->key_file, false),
+		KVS_OPT_U32("timeout-ms", &a->timeout_ms, 1, 3600000, false),
+		KVS_OPT_FLAG("shared-memory", &a->shared_memory),
 	};
+	size_t n_opts = sizeof(opts) / sizeof(opts[0]);
 
-	rc = kvs_cli_parse(CMD, argc, argv, opts,
-			   sizeof(opts) / sizeof(opts[0]), pos, 2, &n_pos);
+	rc = kvs_cli_parse(CMD, argc, argv, opts, n_opts, pos, 2, &n_pos);
 	if (rc)
 		return rc == KVS_CLI_HELP ? KVS_CLI_HELP
 					  : kvs_cli_usage(CMD, trace_usage, rc);
+	rc = check_server_args(a, opts, n_opts);
+	if (rc)
+		return rc;
 	if (n_pos != 1)
 		return kvs_cli_usage_error(CMD,
 					   n_pos ? "one trace file, please"
@@ -298,13 +388,77 @@ static int make_model(const struct args *a, struct replay_model *m)
 
 /* ---- one replay ------------------------------------------------------ */
 
+/* The in-process store for capacities @dram and @nvme at scale 1. */
+static int open_store(const struct args *a, uint64_t dram, uint64_t nvme,
+		      bool *noted, struct outcome *out,
+		      struct replay_target *tg)
+{
+	struct replay_store_config sc;
+
+	out->dram = dram;
+	out->nvme = nvme;
+	replay_plan_tiers(&out->plan, dram, nvme, a->segment, &out->tiers);
+	if (!out->tiers.exact && !*noted) {
+		fprintf(stderr,
+			"kvstash " CMD ": note: at scale %u the store's tiers "
+			"are small (DRAM %" PRIu64 " B, NVMe %" PRIu64
+			" B): its fixed minimums (segment size, remembered "
+			"keys) may make hit counts differ from scale 1\n",
+			a->scale, out->tiers.dram, out->tiers.nvme);
+		*noted = true;
+	}
+	sc.parent_dir = a->dir;
+	sc.dram_capacity = out->tiers.dram;
+	sc.nvme_capacity = out->tiers.nvme;
+	sc.segment_size = out->tiers.segment_size;
+	return replay_target_store(CMD, &sc, tg);
+}
+
+/* The daemon at --server; its capacities are the replay's. */
+static int open_server(const struct args *a, struct outcome *out,
+		       struct replay_target *tg)
+{
+	struct replay_server_config sc = { 0 };
+	struct replay_counters c;
+	int rc;
+
+	sc.address = a->server;
+	sc.key_file = a->key_file;
+	sc.timeout_ms = a->timeout_ms;
+	sc.shared_memory = a->shared_memory;
+	sc.object_bytes = out->plan.object_bytes;
+	sc.objects_per_block = out->plan.objects_per_block;
+	rc = replay_target_server(CMD, &sc, tg);
+	if (rc)
+		return rc;
+	rc = tg->ops->counters(tg->ctx, &c);
+	if (rc) {
+		kvs_cli_fail(CMD, rc, a->server);
+		tg->ops->close(tg->ctx);
+		return rc;
+	}
+	out->server = a->server;
+	out->tiers.dram = c.dram_capacity;
+	out->tiers.nvme = c.nvme_capacity;
+	out->tiers.exact = true;
+	out->dram = replay_plan_unscale(&out->plan, c.dram_capacity);
+	out->nvme = replay_plan_unscale(&out->plan, c.nvme_capacity);
+	if (c.dram_objects + c.nvme_objects > 0)
+		fprintf(stderr,
+			"kvstash " CMD ": note: %s holds objects already "
+			"(%" PRIu64 " in DRAM, %" PRIu64 " on NVMe): they take "
+			"room and may be hit (start kvstashd empty for counts "
+			"comparable to an in-process replay)\n",
+			a->server, c.dram_objects, c.nvme_objects);
+	return 0;
+}
+
 static int replay_one(const struct args *a, const struct replay_model *m,
 		      const struct trace *t,
 		      const uint8_t model_fp[KVS_ID_SIZE], enum replay_format f,
 		      uint64_t dram, uint64_t nvme, bool *noted,
 		      struct outcome *out)
 {
-	struct replay_store_config sc;
 	struct replay_progress pg;
 	struct replay_objects objs;
 	struct replay_target tg;
@@ -318,52 +472,42 @@ static int replay_one(const struct args *a, const struct replay_model *m,
 			      format_label(m, f, fmt, sizeof(fmt)));
 		return rc;
 	}
-	out->dram = dram;
-	out->nvme = nvme;
-	replay_plan_tiers(&out->plan, dram, nvme, a->segment, &out->tiers);
-	if (!out->tiers.exact && !*noted) {
-		fprintf(stderr,
-			"kvstash " CMD ": note: at scale %u the store's tiers "
-			"are small (DRAM %" PRIu64 " B, NVMe %" PRIu64
-			" B): its fixed minimums (segment size, remembered "
-			"keys) may make hit counts differ from scale 1\n",
-			a->scale, out->tiers.dram, out->tiers.nvme);
-		*noted = true;
-	}
-	rc = replay_lru(t, &out->plan, dram, nvme, &out->lru);
-	if (rc) {
-		kvs_cli_fail(CMD, rc, "LRU");
+	if (a->server)
+		rc = open_server(a, out, &tg);
+	else
+		rc = open_store(a, dram, nvme, noted, out, &tg);
+	if (rc)
 		return rc;
-	}
-	rc = replay_objects_init(&objs, m, &out->plan, model_fp);
+	rc = replay_objects_init(&objs, m, &out->plan, model_fp,
+				 tg.batch_blocks);
 	if (rc) {
 		kvs_cli_fail(CMD, rc, "template object");
-		return rc;
+		goto out_close;
 	}
-	sc.parent_dir = a->dir;
-	sc.dram_capacity = out->tiers.dram;
-	sc.nvme_capacity = out->tiers.nvme;
-	sc.segment_size = out->tiers.segment_size;
-	rc = replay_target_store(CMD, &sc, &tg);
-	if (rc)
+	rc = replay_lru(t, &out->plan, out->dram, out->nvme, &out->lru);
+	if (rc) {
+		kvs_cli_fail(CMD, rc, "LRU");
 		goto out_objs;
+	}
 	snprintf(label, sizeof(label), "%s, DRAM %s, NVMe %s",
 		 format_label(m, f, fmt, sizeof(fmt)),
-		 kvs_cli_human_bytes((double)dram, b1, sizeof(b1)),
-		 kvs_cli_human_bytes((double)nvme, b2, sizeof(b2)));
+		 kvs_cli_human_bytes((double)out->dram, b1, sizeof(b1)),
+		 kvs_cli_human_bytes((double)out->nvme, b2, sizeof(b2)));
 	pg.cmd = CMD;
 	pg.label = label;
 	pg.every = a->progress;
 	rc = replay_run(t, &objs, &tg, &pg, &out->store);
-	tg.ops->close(tg.ctx);
 	if (rc == 0 && out->store.objects_put == 0 &&
 	    out->store.put_refused > 0) {
-		kvs_cli_error(CMD, "the store refused every object: %s",
+		kvs_cli_error(CMD, "%s refused every object: %s",
+			      a->server ? a->server : "the store",
 			      kvs_strerror(out->store.first_refusal));
 		rc = -KVS_EPARAM;
 	}
 out_objs:
 	replay_objects_fini(&objs);
+out_close:
+	tg.ops->close(tg.ctx);
 	return rc;
 }
 
@@ -377,12 +521,19 @@ static double ratio(uint64_t num, uint64_t den)
 static void json_tally(struct kvs_cli_json *j, const struct replay_tally *t,
 		       bool store)
 {
+	/* In-process, each hit block's tier is known; through a daemon only
+	 * the objects by tier, where its STAT reports them. */
+	bool tier_blocks = !store || t->tier_blocks;
+	bool tier_bytes = !store || t->target.tier_hits;
+
 	kvs_cli_json_u64(j, "requests", t->requests);
 	kvs_cli_json_u64(j, "lookup_blocks", t->lookup_blocks);
 	kvs_cli_json_u64(j, "hit_blocks", t->hit_blocks);
 	kvs_cli_json_u64(j, "miss_blocks", t->lookup_blocks - t->hit_blocks);
-	kvs_cli_json_u64(j, "dram_hit_blocks", t->dram_hit_blocks);
-	kvs_cli_json_u64(j, "nvme_hit_blocks", t->nvme_hit_blocks);
+	if (tier_blocks) {
+		kvs_cli_json_u64(j, "dram_hit_blocks", t->dram_hit_blocks);
+		kvs_cli_json_u64(j, "nvme_hit_blocks", t->nvme_hit_blocks);
+	}
 	kvs_cli_json_u64(j, "prompt_tokens", t->prompt_tokens);
 	kvs_cli_json_u64(j, "hit_tokens", t->hit_tokens);
 	kvs_cli_json_u64(j, "prefill_tokens_saved", t->hit_tokens);
@@ -396,20 +547,30 @@ static void json_tally(struct kvs_cli_json *j, const struct replay_tally *t,
 	kvs_cli_json_u64(j, "bytes_written", t->bytes_written);
 	kvs_cli_json_u64(j, "bytes_read", t->bytes_read);
 	kvs_cli_json_u64(j, "dram_bytes_written", t->bytes_written);
-	kvs_cli_json_u64(j, "dram_bytes_read", t->dram_bytes_read);
+	if (tier_bytes) {
+		kvs_cli_json_u64(j, "dram_bytes_read", t->dram_bytes_read);
+		kvs_cli_json_u64(j, "nvme_bytes_read", t->nvme_bytes_read);
+	}
 	kvs_cli_json_u64(j, "nvme_bytes_written", t->nvme_bytes_written);
-	kvs_cli_json_u64(j, "nvme_bytes_read", t->nvme_bytes_read);
 	if (!store) {
 		kvs_cli_json_u64(j, "evicted_blocks", t->evicted_blocks);
 		kvs_cli_json_u64(j, "demoted_blocks", t->demoted_blocks);
 		return;
 	}
+	kvs_cli_json_u64(j, "hit_objects", t->target.hits);
+	if (tier_bytes) {
+		kvs_cli_json_u64(j, "dram_hit_objects", t->target.dram_hits);
+		kvs_cli_json_u64(j, "nvme_hit_objects", t->target.nvme_hits);
+	}
 	kvs_cli_json_u64(j, "spills", t->target.spills);
-	kvs_cli_json_u64(j, "promotions", t->target.promotions);
-	kvs_cli_json_u64(j, "carried", t->target.carried);
+	if (t->target.moves) {
+		kvs_cli_json_u64(j, "promotions", t->target.promotions);
+		kvs_cli_json_u64(j, "carried", t->target.carried);
+	}
 	kvs_cli_json_u64(j, "put_refused", t->put_refused);
 	kvs_cli_json_u64(j, "read_misses", t->read_misses);
 	kvs_cli_json_u64(j, "corrupt_dropped", t->target.corrupt_dropped);
+	kvs_cli_json_u64(j, "objects_before", t->objects_before);
 	kvs_cli_json_u64(j, "dram_objects_end", t->target.dram_objects);
 	kvs_cli_json_u64(j, "nvme_objects_end", t->target.nvme_objects);
 	kvs_cli_json_bool(j, "direct_io", t->target.direct_io);
@@ -443,12 +604,19 @@ static void json_outcome(struct kvs_cli_json *j, const struct replay_model *m,
 	char fmt[16];
 
 	kvs_cli_json_str(j, "format", format_label(m, f, fmt, sizeof(fmt)));
+	kvs_cli_json_str(j, "target", o->server ? "kvstashd" : "store");
+	if (o->server)
+		kvs_cli_json_str(j, "server", o->server);
 	kvs_cli_json_u64(j, "dram_capacity", o->dram);
 	kvs_cli_json_u64(j, "nvme_capacity", o->nvme);
 	kvs_cli_json_u64(j, "store_dram_capacity", o->tiers.dram);
 	kvs_cli_json_u64(j, "store_nvme_capacity", o->tiers.nvme);
-	kvs_cli_json_u64(j, "store_segment_size", o->tiers.segment_size);
-	kvs_cli_json_u64(j, "store_nvme_segments", o->tiers.nvme_segments);
+	if (!o->server) {
+		kvs_cli_json_u64(j, "store_segment_size",
+				 o->tiers.segment_size);
+		kvs_cli_json_u64(j, "store_nvme_segments",
+				 o->tiers.nvme_segments);
+	}
 	json_plan(j, &o->plan);
 	json_tally(j, &o->store, true);
 	kvs_cli_json_object_begin(j, "lru");
@@ -521,18 +689,45 @@ static void print_plan(const struct replay_model *m, enum replay_format f,
 				   b2, sizeof(b2)));
 }
 
-static void row_u64(const char *name, uint64_t s, uint64_t l)
+/* A row of the store's (or daemon's) column and the LRU's; @known false
+ * prints "-" for a counter the target does not report. */
+static void row_u64(const char *name, bool known, uint64_t s, uint64_t l)
 {
-	printf("%-28s %16" PRIu64 " %16" PRIu64 "\n", name, s, l);
+	char bs[32];
+
+	snprintf(bs, sizeof(bs), "%" PRIu64, s);
+	printf("%-28s %16s %16" PRIu64 "\n", name, known ? bs : "-", l);
 }
 
-static void row_bytes(const char *name, uint64_t s, uint64_t l)
+static void row_bytes(const char *name, bool known, uint64_t s, uint64_t l)
 {
 	char bs[32], bl[32];
 
 	printf("%-28s %16s %16s\n", name,
-	       kvs_cli_human_bytes((double)s, bs, sizeof(bs)),
+	       known ? kvs_cli_human_bytes((double)s, bs, sizeof(bs)) : "-",
 	       kvs_cli_human_bytes((double)l, bl, sizeof(bl)));
+}
+
+static void print_capacity(const struct args *a, const struct outcome *o)
+{
+	char b1[32], b2[32], b3[32], b4[32];
+
+	kvs_cli_human_bytes((double)o->dram, b1, sizeof(b1));
+	kvs_cli_human_bytes((double)o->nvme, b2, sizeof(b2));
+	kvs_cli_human_bytes((double)o->tiers.dram, b3, sizeof(b3));
+	kvs_cli_human_bytes((double)o->tiers.nvme, b4, sizeof(b4));
+	if (!o->server) {
+		printf("capacity  DRAM %s, NVMe %s; scale %u: the store has "
+		       "DRAM %s, NVMe %s\n\n",
+		       b1, b2, a->scale, b3, b4);
+		return;
+	}
+	printf("daemon    %s, holding %" PRIu64 " objects (DRAM and NVMe "
+	       "copies) before the replay\n",
+	       o->server, o->store.objects_before);
+	printf("capacity  the daemon's: DRAM %s, NVMe %s; at scale %u they "
+	       "stand for DRAM %s, NVMe %s\n\n",
+	       b3, b4, a->scale, b1, b2);
 }
 
 static void print_single(const struct args *a, const struct replay_model *m,
@@ -540,38 +735,36 @@ static void print_single(const struct args *a, const struct replay_model *m,
 			 const struct outcome *o)
 {
 	const struct replay_tally *s = &o->store, *l = &o->lru;
-	char b1[32], b2[32], b3[32], b4[32];
+	bool blocks = s->tier_blocks, tiers = s->target.tier_hits;
 
 	print_trace_summary(a, m, t);
 	print_plan(m, f, &o->plan);
-	printf("capacity  DRAM %s, NVMe %s; scale %u: the store has DRAM %s, "
-	       "NVMe %s\n\n",
-	       kvs_cli_human_bytes((double)o->dram, b1, sizeof(b1)),
-	       kvs_cli_human_bytes((double)o->nvme, b2, sizeof(b2)), a->scale,
-	       kvs_cli_human_bytes((double)o->tiers.dram, b3, sizeof(b3)),
-	       kvs_cli_human_bytes((double)o->tiers.nvme, b4, sizeof(b4)));
-	printf("%-28s %16s %16s\n", "", "store", "LRU");
-	row_u64("requests", s->requests, l->requests);
-	row_u64("lookup blocks", s->lookup_blocks, l->lookup_blocks);
-	row_u64("hit blocks", s->hit_blocks, l->hit_blocks);
-	row_u64("  from DRAM", s->dram_hit_blocks, l->dram_hit_blocks);
-	row_u64("  from NVMe", s->nvme_hit_blocks, l->nvme_hit_blocks);
-	row_u64("miss blocks", s->lookup_blocks - s->hit_blocks,
+	print_capacity(a, o);
+	printf("%-28s %16s %16s\n", "", o->server ? "kvstashd" : "store",
+	       "LRU");
+	row_u64("requests", true, s->requests, l->requests);
+	row_u64("lookup blocks", true, s->lookup_blocks, l->lookup_blocks);
+	row_u64("hit blocks", true, s->hit_blocks, l->hit_blocks);
+	row_u64("  from DRAM", blocks, s->dram_hit_blocks, l->dram_hit_blocks);
+	row_u64("  from NVMe", blocks, s->nvme_hit_blocks, l->nvme_hit_blocks);
+	row_u64("miss blocks", true, s->lookup_blocks - s->hit_blocks,
 		l->lookup_blocks - l->hit_blocks);
-	row_u64("prompt tokens", s->prompt_tokens, l->prompt_tokens);
-	row_u64("hit tokens (prefill saved)", s->hit_tokens, l->hit_tokens);
+	row_u64("prompt tokens", true, s->prompt_tokens, l->prompt_tokens);
+	row_u64("hit tokens (prefill saved)", true, s->hit_tokens,
+		l->hit_tokens);
 	printf("%-28s %15.2f%% %15.2f%%\n", "prefix-hit ratio",
 	       100.0 * ratio(s->hit_tokens, s->prompt_tokens),
 	       100.0 * ratio(l->hit_tokens, l->prompt_tokens));
-	row_u64("evictions (objects)", s->target.evictions,
+	row_u64("evictions (objects)", true, s->target.evictions,
 		l->target.evictions);
-	row_u64("spills to NVMe (objects)", s->target.spills,
+	row_u64("spills to NVMe (objects)", true, s->target.spills,
 		l->demoted_blocks * o->plan.objects_per_block);
-	row_bytes("bytes written", s->bytes_written, l->bytes_written);
-	row_bytes("  to NVMe", s->nvme_bytes_written, l->nvme_bytes_written);
-	row_bytes("bytes read", s->bytes_read, l->bytes_read);
-	row_bytes("  from DRAM", s->dram_bytes_read, l->dram_bytes_read);
-	row_bytes("  from NVMe", s->nvme_bytes_read, l->nvme_bytes_read);
+	row_bytes("bytes written", true, s->bytes_written, l->bytes_written);
+	row_bytes("  to NVMe", true, s->nvme_bytes_written,
+		  l->nvme_bytes_written);
+	row_bytes("bytes read", true, s->bytes_read, l->bytes_read);
+	row_bytes("  from DRAM", tiers, s->dram_bytes_read, l->dram_bytes_read);
+	row_bytes("  from NVMe", tiers, s->nvme_bytes_read, l->nvme_bytes_read);
 	if (s->put_refused || s->read_misses)
 		printf("%-28s %16" PRIu64 "\n%-28s %16" PRIu64 "\n",
 		       "objects refused by put", s->put_refused,

@@ -7,6 +7,9 @@
 #ifndef KVSTASH_TOOLS_CMD_H
 #define KVSTASH_TOOLS_CMD_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 int kvs_cmd_block(int argc, char **argv); /* cmd_block.c */
 int kvs_cmd_trace(int argc, char **argv); /* cmd_trace.c */
 int kvs_cmd_memory(int argc, char **argv); /* cmd_memory.c */
@@ -27,6 +30,13 @@ void kvs_cli_store_stats_json(struct kvs_cli_json *j,
 void kvs_cli_store_pinning(struct kvs_store_opts *o); /* cmd_store.c */
 /* `kvstash --server HOST:PORT ...` (argv[0] is the program) */
 int kvs_cmd_remote(int argc, char **argv); /* cmd_remote.c */
+struct kvs_client;
+/* Connects to @server with the key in @key_file (a @timeout_ms of 0: the
+ * client's default): 0 and *@out (kvs_client_close it), or the error
+ * after one line saying why (cmd_remote.c). */
+int kvs_cli_client_connect(const char *cmd, const char *server,
+			   const char *key_file, uint32_t timeout_ms,
+			   bool shared_memory, struct kvs_client **out);
 int kvs_bench_transport(int argc, char **argv); /* bench_transport.c */
 
 #endif

@@ -40,26 +40,34 @@ struct remote_args {
 	bool durable, json, shared_memory;
 };
 
-static int connect_to(const char *cmd, const struct remote_args *a,
-		      struct kvs_client **out)
+int kvs_cli_client_connect(const char *cmd, const char *server,
+			   const char *key_file, uint32_t timeout_ms,
+			   bool shared_memory, struct kvs_client **out)
 {
 	struct kvs_client_opts o;
 	int err;
 
 	kvs_client_opts_default(&o);
-	o.address = a->server;
-	o.key_file = a->key_file;
-	o.shared_memory = a->shared_memory;
-	if (a->timeout_ms) {
-		o.timeout_ms = a->timeout_ms;
-		o.connect_timeout_ms = a->timeout_ms;
+	o.address = server;
+	o.key_file = key_file;
+	o.shared_memory = shared_memory;
+	if (timeout_ms) {
+		o.timeout_ms = timeout_ms;
+		o.connect_timeout_ms = timeout_ms;
 	}
 	err = kvs_client_connect(&o, out);
 	if (err == -KVS_EAUTH)
-		kvs_cli_error(cmd, "%s: authentication refused", a->server);
+		kvs_cli_error(cmd, "%s: authentication refused", server);
 	else if (err)
-		kvs_cli_error(cmd, "%s: %s", a->server, kvs_strerror(err));
+		kvs_cli_error(cmd, "%s: %s", server, kvs_strerror(err));
 	return err;
+}
+
+static int connect_to(const char *cmd, const struct remote_args *a,
+		      struct kvs_client **out)
+{
+	return kvs_cli_client_connect(cmd, a->server, a->key_file,
+				      a->timeout_ms, a->shared_memory, out);
 }
 
 /* Parses ids[0 .. n) as keys; 0 or a usage error (printed). */

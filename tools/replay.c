@@ -1,8 +1,9 @@
 /*
  * replay.c - the plan of a replay, its objects (one encoded template,
- * re-identified per object), the store target, and the replay loop
- * (contracts in replay.h).
+ * re-identified per object), the in-process store target, and the replay
+ * loop (contracts in replay.h; the kvstashd target is replay_server.c).
  */
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -112,16 +113,33 @@ int replay_plan_make(const struct replay_model *m, enum replay_format format,
  * capacity (its ghost lists). */
 #define STORE_GHOST_MIN 256
 
+/* The store record bytes of one block at the plan's scale (@block) and
+ * at scale 1 (@full). */
+static void block_records(const struct replay_plan *p, uint64_t *block,
+			  uint64_t *full)
+{
+	*block = (uint64_t)p->objects_per_block *
+		 replay_record_bytes(p->object_bytes);
+	*full = (uint64_t)p->spans_per_block * p->layers_kept * p->layer_div *
+		replay_record_bytes(p->full_object_bytes);
+}
+
+uint64_t replay_plan_unscale(const struct replay_plan *p, uint64_t bytes)
+{
+	uint64_t block, full;
+
+	block_records(p, &block, &full);
+	return (uint64_t)((unsigned __int128)bytes * full / block);
+}
+
 void replay_plan_tiers(const struct replay_plan *p, uint64_t dram,
 		       uint64_t nvme, uint64_t segment_size,
 		       struct replay_tiers *out)
 {
 	uint64_t rec = replay_record_bytes(p->object_bytes);
-	uint64_t block = (uint64_t)p->objects_per_block * rec;
-	uint64_t full = (uint64_t)p->spans_per_block * p->layers_kept *
-			p->layer_div *
-			replay_record_bytes(p->full_object_bytes);
-	uint64_t body, nseg, recs;
+	uint64_t block, full, body, nseg, recs;
+
+	block_records(p, &block, &full);
 
 	memset(out, 0, sizeof(*out));
 	out->exact = true;
@@ -232,15 +250,19 @@ out_free:
 
 int replay_objects_init(struct replay_objects *o, const struct replay_model *m,
 			const struct replay_plan *plan,
-			const uint8_t model_fp[KVS_ID_SIZE])
+			const uint8_t model_fp[KVS_ID_SIZE],
+			uint32_t max_blocks)
 {
-	uint32_t n = plan->objects_per_block;
+	size_t n = (size_t)plan->objects_per_block * max_blocks;
 	uint8_t *tmpl = NULL;
 	size_t len = 0;
 	int rc;
 
 	memset(o, 0, sizeof(*o));
+	if (max_blocks == 0)
+		return -KVS_EPARAM;
 	o->plan = *plan;
+	o->max_blocks = max_blocks;
 	memcpy(o->model_fp, model_fp, KVS_ID_SIZE);
 	rc = make_template(m, plan, &tmpl, &len);
 	if (rc)
@@ -249,7 +271,7 @@ int replay_objects_init(struct replay_objects *o, const struct replay_model *m,
 		free(tmpl);
 		return -KVS_EPARAM;
 	}
-	o->images = malloc((size_t)n * len);
+	o->images = malloc(n * len);
 	o->objs = calloc(n, sizeof(*o->objs));
 	o->lens = calloc(n, sizeof(*o->lens));
 	o->results = calloc(n, sizeof(*o->results));
@@ -261,9 +283,9 @@ int replay_objects_init(struct replay_objects *o, const struct replay_model *m,
 		replay_objects_fini(o);
 		return -ENOMEM;
 	}
-	for (uint32_t i = 0; i < n; i++) {
-		memcpy(o->images + (size_t)i * len, tmpl, len);
-		o->objs[i] = o->images + (size_t)i * len;
+	for (size_t i = 0; i < n; i++) {
+		memcpy(o->images + i * len, tmpl, len);
+		o->objs[i] = o->images + i * len;
 		o->lens[i] = len;
 	}
 	for (uint32_t l = 0; l < plan->layers_kept; l++)
@@ -290,15 +312,16 @@ static uint32_t kept_span(const struct replay_plan *p, uint32_t k)
 	return (k + 1) * p->span_div - 1;
 }
 
-/* The keys of @node's objects into o->keys; with @stamp, the objects
- * themselves are given those identities. */
+/* The keys of @node's objects into o->keys, as block @slot of a batch;
+ * with @stamp, the objects themselves are given those identities. */
 static int block_objects(struct replay_objects *o, const struct trace *t,
-			 uint32_t node, bool stamp)
+			 uint32_t node, uint32_t slot, bool stamp)
 {
 	const struct replay_plan *p = &o->plan;
 	const struct trace_node *nd = &t->nodes[node];
 	static const uint8_t root[KVS_ID_SIZE];
-	uint32_t per = t->spans_per_block, at = 0;
+	uint32_t per = t->spans_per_block;
+	size_t at = (size_t)slot * p->objects_per_block;
 	struct kvs_ident ident;
 	int rc;
 
@@ -342,12 +365,13 @@ struct store_target {
 	size_t refs_cap;
 };
 
-static size_t store_lookup(void *ctx, const uint8_t (*ids)[KVS_ID_SIZE],
-			   size_t n, const uint32_t *layers, size_t n_layers)
+static int store_lookup(void *ctx, const uint8_t (*ids)[KVS_ID_SIZE], size_t n,
+			const uint32_t *layers, size_t n_layers, size_t *prefix)
 {
 	struct store_target *st = ctx;
 
-	return kvs_store_lookup_prefix(st->store, ids, n, layers, n_layers);
+	*prefix = kvs_store_lookup_prefix(st->store, ids, n, layers, n_layers);
+	return 0;
 }
 
 static int store_get(void *ctx, const struct kvs_store_key *keys, size_t n,
@@ -385,12 +409,15 @@ static int store_put(void *ctx, const uint8_t *const *objs, const size_t *lens,
 	return 0;
 }
 
-static void store_counters(void *ctx, struct replay_counters *out)
+static int store_counters(void *ctx, struct replay_counters *out)
 {
 	struct store_target *st = ctx;
 	struct kvs_store_stats s;
 
 	kvs_store_stats_get(st->store, &s);
+	memset(out, 0, sizeof(*out));
+	out->hits = s.hits;
+	out->misses = s.misses;
 	out->dram_hits = s.dram_hits;
 	out->nvme_hits = s.nvme_hits;
 	out->evictions = s.evictions;
@@ -402,8 +429,13 @@ static void store_counters(void *ctx, struct replay_counters *out)
 	out->dram_bytes = s.dram.bytes;
 	out->nvme_objects = s.nvme.blocks;
 	out->nvme_bytes = s.nvme.bytes;
+	out->dram_capacity = s.dram.capacity;
+	out->nvme_capacity = s.nvme.capacity;
 	out->segments = s.segments;
 	out->direct_io = s.direct_io;
+	out->tier_hits = true;
+	out->moves = true;
+	return 0;
 }
 
 /* Removes the store directory @dir that this process created (its
@@ -477,6 +509,9 @@ int replay_target_store(const char *cmd, const struct replay_store_config *c,
 	}
 	out->ops = &store_ops;
 	out->ctx = st;
+	out->name = "store";
+	out->tiers_per_block = true;
+	out->batch_blocks = 1;
 	return 0;
 
 fail_dir:
@@ -502,36 +537,46 @@ static void progress_line(const struct replay_progress *pg, size_t done,
 		secs > 0 ? (double)done / secs : 0.0);
 }
 
-/* Reads the objects of @node's block; *@ok false if any missed. */
-static int read_block(struct replay_objects *o, const struct trace *t,
-		      const struct replay_target *tg, uint32_t node,
-		      struct replay_tally *out, bool *ok)
+/*
+ * Reads the objects of the @k blocks @nodes in one get; *@whole is how
+ * many of them, from the first, were read without a miss.  Blocks after
+ * the first that missed were read all the same (the target saw them).
+ */
+static int read_blocks(struct replay_objects *o, const struct trace *t,
+		       const struct replay_target *tg, const uint32_t *nodes,
+		       uint32_t k, struct replay_tally *out, uint32_t *whole)
 {
 	const struct replay_plan *p = &o->plan;
+	uint32_t per = p->objects_per_block;
 	struct replay_counters before, after;
-	uint64_t from_nvme, misses = 0;
-	int rc;
+	int rc = 0;
 
-	rc = block_objects(o, t, node, false);
+	for (uint32_t j = 0; j < k && rc == 0; j++)
+		rc = block_objects(o, t, nodes[j], j, false);
+	if (rc == 0 && tg->tiers_per_block)
+		rc = tg->ops->counters(tg->ctx, &before);
+	if (rc == 0)
+		rc = tg->ops->get(tg->ctx, o->keys, (size_t)k * per,
+				  o->results);
+	if (rc == 0 && tg->tiers_per_block)
+		rc = tg->ops->counters(tg->ctx, &after);
 	if (rc)
 		return rc;
-	tg->ops->counters(tg->ctx, &before);
-	rc = tg->ops->get(tg->ctx, o->keys, p->objects_per_block, o->results);
-	if (rc)
-		return rc;
-	tg->ops->counters(tg->ctx, &after);
-	for (uint32_t i = 0; i < p->objects_per_block; i++)
-		misses += o->results[i] != 0;
-	from_nvme = after.nvme_hits - before.nvme_hits;
-	out->objects_read += p->objects_per_block - misses;
-	out->read_misses += misses;
-	out->bytes_read += (p->objects_per_block - misses) * p->object_bytes;
-	out->nvme_bytes_read += from_nvme * p->object_bytes;
-	out->dram_bytes_read +=
-		(p->objects_per_block - misses - from_nvme) * p->object_bytes;
-	*ok = misses == 0;
-	if (*ok) {
-		if (from_nvme)
+	*whole = k;
+	for (uint32_t j = 0; j < k; j++) {
+		uint64_t misses = 0;
+
+		for (uint32_t i = 0; i < per; i++)
+			misses += o->results[(size_t)j * per + i] != 0;
+		out->objects_read += per - misses;
+		out->read_misses += misses;
+		out->bytes_read += (per - misses) * p->object_bytes;
+		if (misses && *whole == k)
+			*whole = j;
+	}
+	/* with tiers_per_block, one block a get */
+	if (*whole == 1 && tg->tiers_per_block) {
+		if (after.nvme_hits != before.nvme_hits)
 			out->nvme_hit_blocks++;
 		else
 			out->dram_hit_blocks++;
@@ -539,19 +584,22 @@ static int read_block(struct replay_objects *o, const struct trace *t,
 	return 0;
 }
 
-static int write_block(struct replay_objects *o, const struct trace *t,
-		       const struct replay_target *tg, uint32_t node,
-		       struct replay_tally *out)
+/* Puts the objects of the @k blocks @nodes in one put. */
+static int write_blocks(struct replay_objects *o, const struct trace *t,
+			const struct replay_target *tg, const uint32_t *nodes,
+			uint32_t k, struct replay_tally *out)
 {
 	const struct replay_plan *p = &o->plan;
-	int rc = block_objects(o, t, node, true);
+	size_t n = (size_t)k * p->objects_per_block;
+	int rc = 0;
 
+	for (uint32_t j = 0; j < k && rc == 0; j++)
+		rc = block_objects(o, t, nodes[j], j, true);
 	if (rc == 0)
-		rc = tg->ops->put(tg->ctx, o->objs, o->lens,
-				  p->objects_per_block, o->results);
+		rc = tg->ops->put(tg->ctx, o->objs, o->lens, n, o->results);
 	if (rc)
 		return rc;
-	for (uint32_t i = 0; i < p->objects_per_block; i++) {
+	for (size_t i = 0; i < n; i++) {
 		if (o->results[i] == 0) {
 			out->objects_put++;
 			out->bytes_written += p->object_bytes;
@@ -578,24 +626,53 @@ void replay_tally_request(struct replay_tally *t,
 		hit_tokens < rq->input_length ? hit_tokens : rq->input_length;
 }
 
+/* The counts of @end less those of @start, with @end's gauges. */
+static void counters_since(const struct replay_counters *start,
+			   const struct replay_counters *end,
+			   struct replay_counters *out)
+{
+	*out = *end;
+	out->hits = end->hits - start->hits;
+	out->misses = end->misses - start->misses;
+	out->dram_hits = end->dram_hits - start->dram_hits;
+	out->nvme_hits = end->nvme_hits - start->nvme_hits;
+	out->evictions = end->evictions - start->evictions;
+	out->spills = end->spills - start->spills;
+	out->promotions = end->promotions - start->promotions;
+	out->carried = end->carried - start->carried;
+	out->corrupt_dropped = end->corrupt_dropped - start->corrupt_dropped;
+	out->tier_hits = start->tier_hits && end->tier_hits;
+	out->moves = start->moves && end->moves;
+}
+
 int replay_run(const struct trace *t, struct replay_objects *o,
 	       const struct replay_target *tg, const struct replay_progress *pg,
 	       struct replay_tally *out)
 {
 	const struct replay_plan *p = &o->plan;
+	const char *cmd = pg ? pg->cmd : "bench trace";
 	struct replay_tally tl = { 0 };
+	struct replay_counters start, end;
+	uint32_t batch = tg->batch_blocks < o->max_blocks ? tg->batch_blocks
+							  : o->max_blocks;
 	uint8_t(*ids)[KVS_ID_SIZE];
-	double t0 = now_s();
-	int rc = 0;
+	double t0;
+	int rc;
+
+	assert(batch > 0 && (!tg->tiers_per_block || batch == 1));
 
 	ids = malloc(((size_t)t->max_blocks * p->spans_kept + 1) *
 		     sizeof(*ids));
-	if (ids == NULL)
+	if (ids == NULL) {
+		kvs_cli_error(cmd, "out of memory");
 		return -ENOMEM;
+	}
+	rc = tg->ops->counters(tg->ctx, &start);
+	t0 = now_s();
 	for (size_t r = 0; r < t->n_requests && rc == 0; r++) {
 		const struct trace_request *rq = &t->requests[r];
 		const uint32_t *chain = t->chain + rq->first;
-		size_t n = 0, hit;
+		size_t n = 0, hit = 0;
 
 		for (uint32_t b = 0; b < rq->n_blocks; b++)
 			for (uint32_t k = 0; k < p->spans_kept; k++)
@@ -604,32 +681,49 @@ int replay_run(const struct trace *t, struct replay_objects *o,
 							   t->spans_per_block +
 						   kept_span(p, k)],
 				       KVS_ID_SIZE);
-		hit = tg->ops->lookup(tg->ctx,
-				      (const uint8_t(*)[KVS_ID_SIZE])ids, n,
-				      o->layers, p->layers_kept) /
-		      p->spans_kept;
-		for (size_t b = 0; b < hit && rc == 0; b++) {
-			bool ok;
+		rc = tg->ops->lookup(tg->ctx,
+				     (const uint8_t(*)[KVS_ID_SIZE])ids, n,
+				     o->layers, p->layers_kept, &hit);
+		hit /= p->spans_kept;
+		for (size_t b = 0; b < hit && rc == 0;) {
+			uint32_t k = (uint32_t)(hit - b < batch ? hit - b
+								: batch),
+				 whole = 0;
 
-			rc = read_block(o, t, tg, chain[b], &tl, &ok);
-			if (rc == 0 && !ok)
-				hit = b; /* the prefix ends at a miss */
+			rc = read_blocks(o, t, tg, chain + b, k, &tl, &whole);
+			if (rc == 0 && whole < k)
+				hit = b + whole; /* the prefix ends at a miss */
+			else
+				b += k;
 		}
-		for (size_t b = hit; b < rq->n_blocks && rc == 0; b++)
-			rc = write_block(o, t, tg, chain[b], &tl);
+		for (size_t b = hit; b < rq->n_blocks && rc == 0; b += batch) {
+			uint32_t k = (uint32_t)(rq->n_blocks - b < batch
+							? rq->n_blocks - b
+							: batch);
+
+			rc = write_blocks(o, t, tg, chain + b, k, &tl);
+		}
 		replay_tally_request(&tl, rq, hit, p->block_tokens);
 		if (pg && pg->every && tl.requests % pg->every == 0)
 			progress_line(pg, tl.requests, t->n_requests, &tl,
 				      now_s() - t0);
 	}
 	free(ids);
+	tl.wall_seconds = now_s() - t0;
+	if (rc == 0)
+		rc = tg->ops->counters(tg->ctx, &end);
 	if (rc) {
-		kvs_cli_fail(pg ? pg->cmd : "bench trace", rc, "replay");
+		kvs_cli_fail(cmd, rc, tg->name);
 		return rc;
 	}
-	tg->ops->counters(tg->ctx, &tl.target);
+	counters_since(&start, &end, &tl.target);
+	tl.tier_blocks = tg->tiers_per_block;
+	tl.objects_before = start.dram_objects + start.nvme_objects;
 	tl.nvme_bytes_written = tl.target.spills * p->object_bytes;
-	tl.wall_seconds = now_s() - t0;
+	if (tl.target.tier_hits) {
+		tl.dram_bytes_read = tl.target.dram_hits * p->object_bytes;
+		tl.nvme_bytes_read = tl.target.nvme_hits * p->object_bytes;
+	}
 	*out = tl;
 	return 0;
 }

@@ -5,9 +5,10 @@
  *   - the objects: one encoded template per replay, re-identified per
  *     object (kvs_object_set_ident), so every object is a valid kvformat
  *     object of the real size under the span id the runtime would use;
- *   - the target: what the requests go to.  A small ops table; the store
- *     engine opened in-process is the one target here, a kvstashd reached
- *     through the client library would be a second one;
+ *   - the target: what the requests go to.  A small ops table with two
+ *     tables behind it: the store engine opened in-process (replay.c),
+ *     and a kvstashd reached through the client library
+ *     (replay_server.c, built with the network service);
  *   - the replay itself, and an LRU simulation of the same capacities.
  * docs/REPLAY.md describes the mapping and the counters.
  */
@@ -94,11 +95,22 @@ void replay_plan_tiers(const struct replay_plan *p, uint64_t dram,
 		       uint64_t nvme, uint64_t segment_size,
 		       struct replay_tiers *out);
 
-/* The objects of one trace block, ready to put. */
+/*
+ * replay_plan_unscale - the bytes at scale 1 that @bytes of a store's
+ * tier stand for at @p's scale: the inverse of the DRAM division of
+ * replay_plan_tiers (@bytes itself at scale 1).  For a daemon's
+ * capacities, which the user scaled.
+ */
+uint64_t replay_plan_unscale(const struct replay_plan *p, uint64_t bytes);
+
+/* The objects of up to max_blocks trace blocks, ready to put: block j
+ * of a batch is objects [j x objects_per_block, (j+1) x objects_per_block)
+ * of every array. */
 struct replay_objects {
 	struct replay_plan plan;
+	uint32_t max_blocks;
 	uint8_t model_fp[KVS_ID_SIZE];
-	uint8_t *images; /* objects_per_block copies of the template */
+	uint8_t *images; /* copies of the template */
 	const uint8_t **objs;
 	size_t *lens;
 	int *results;
@@ -106,29 +118,42 @@ struct replay_objects {
 	uint32_t *layers; /* 0 .. layers_kept - 1, for lookups */
 };
 
-/* Encodes the template (random finite K/V, deterministic) for @plan.
- * 0 or an error; release with replay_objects_fini. */
+/* Encodes the template (random finite K/V, deterministic) for @plan, in
+ * buffers for @max_blocks blocks (at least 1).  0 or an error; release
+ * with replay_objects_fini. */
 int replay_objects_init(struct replay_objects *o, const struct replay_model *m,
 			const struct replay_plan *plan,
-			const uint8_t model_fp[KVS_ID_SIZE]);
+			const uint8_t model_fp[KVS_ID_SIZE],
+			uint32_t max_blocks);
 void replay_objects_fini(struct replay_objects *o);
 
 /* ---- targets --------------------------------------------------------- */
 
-/* A target's own counters, in objects (the store's statistics). */
+/*
+ * A target's counters, in objects (the store's statistics).  The counts
+ * are the target's lifetime counters (a daemon's since it started):
+ * replay_run takes their differences over the replay.  The tier and
+ * capacity fields are gauges, read as they are.
+ */
 struct replay_counters {
-	uint64_t dram_hits, nvme_hits;
+	uint64_t hits, misses, dram_hits, nvme_hits;
 	uint64_t evictions, spills, promotions, carried, corrupt_dropped;
 	uint64_t dram_objects, dram_bytes, nvme_objects, nvme_bytes;
+	uint64_t dram_capacity, nvme_capacity;
 	uint64_t segments;
 	bool direct_io;
+	/* dram_hits and nvme_hits are the target's (else only hits is) */
+	bool tier_hits;
+	/* promotions and carried are the target's (else unknown) */
+	bool moves;
 };
 
 struct replay_target_ops {
 	/* How many leading spans of @ids are present for every layer of
-	 * @layers (the runtime's first question). */
-	size_t (*lookup)(void *ctx, const uint8_t (*ids)[KVS_ID_SIZE], size_t n,
-			 const uint32_t *layers, size_t n_layers);
+	 * @layers (the runtime's first question), into *@prefix.  Returns 0
+	 * or a fatal -errno. */
+	int (*lookup)(void *ctx, const uint8_t (*ids)[KVS_ID_SIZE], size_t n,
+		      const uint32_t *layers, size_t n_layers, size_t *prefix);
 	/* Reads @n objects so that the cache's policy sees the reads;
 	 * results[i] is 0 or the miss.  Returns 0 or a fatal -errno. */
 	int (*get)(void *ctx, const struct kvs_store_key *keys, size_t n,
@@ -137,7 +162,8 @@ struct replay_target_ops {
 	 * 0 or a fatal -errno (a refusal is not fatal). */
 	int (*put)(void *ctx, const uint8_t *const *objs, const size_t *lens,
 		   size_t n, int *results);
-	void (*counters)(void *ctx, struct replay_counters *out);
+	/* 0 or a fatal -errno. */
+	int (*counters)(void *ctx, struct replay_counters *out);
 	/* Closes; removes whatever the target created. */
 	void (*close)(void *ctx);
 };
@@ -145,6 +171,18 @@ struct replay_target_ops {
 struct replay_target {
 	const struct replay_target_ops *ops;
 	void *ctx;
+	const char *name; /* for messages: "store", or the daemon's address */
+	/* The counters move with this replay's requests only and cost
+	 * nothing to read: read around each block's get, they tell the tier
+	 * each hit block was read from (then batch_blocks is 1).  A daemon's
+	 * are read only before and after the replay (a request each, and
+	 * shared with its other clients). */
+	bool tiers_per_block;
+	/* Blocks of one request handed to one get or put (a target splits
+	 * them further where it must): 1 in-process, so that each block is
+	 * its own batch as in the runtime's block-at-a-time use; more for a
+	 * daemon, where every call is a round trip. */
+	uint32_t batch_blocks;
 };
 
 struct replay_store_config {
@@ -161,6 +199,29 @@ struct replay_store_config {
 int replay_target_store(const char *cmd, const struct replay_store_config *c,
 			struct replay_target *out);
 
+struct replay_server_config {
+	const char *address; /* "HOST:PORT" of a kvstashd */
+	const char *key_file; /* as kvs_client_opts.key_file */
+	uint32_t timeout_ms; /* each request; 0: the client's default */
+	bool shared_memory; /* as kvs_client_opts.shared_memory */
+	size_t object_bytes; /* the replay's objects (gets read into
+				buffers of this size) */
+	uint32_t objects_per_block; /* for batch_blocks */
+};
+
+/*
+ * replay_target_server - a kvstashd through the client library: lookups
+ * of the chain, gets and puts (at memory durability) in batches within
+ * the daemon's limits, counters from its STAT; batch_blocks as many
+ * blocks as one request's payload may carry (at most 64 MiB).  The
+ * daemon's store is whatever it holds: close only disconnects.  0 or an
+ * error after printing why (unreachable, authentication refused, objects
+ * over the daemon's --max-object).  Only in builds with the network
+ * service.
+ */
+int replay_target_server(const char *cmd, const struct replay_server_config *c,
+			 struct replay_target *out);
+
 /* ---- replay ---------------------------------------------------------- */
 
 /* What one replay counted.  Blocks are trace blocks; bytes are the
@@ -174,7 +235,13 @@ struct replay_tally {
 	uint64_t dram_bytes_read, nvme_bytes_read, nvme_bytes_written;
 	uint64_t evicted_blocks, demoted_blocks; /* LRU only */
 	int first_refusal; /* 0 or the first refused put's error */
-	struct replay_counters target; /* at the end, before close */
+	/* dram_hit_blocks and nvme_hit_blocks are counted (the target's
+	 * tiers_per_block) */
+	bool tier_blocks;
+	/* The target's counters: counts are their differences over the
+	 * replay, gauges their values at its end (before close). */
+	struct replay_counters target;
+	uint64_t objects_before; /* objects the target held at the start */
 	double wall_seconds;
 };
 
@@ -192,9 +259,11 @@ struct replay_progress {
 /*
  * replay_run - every request in order: look up its longest cached prefix
  * (the kept span ids of its blocks, every kept layer), read the objects
- * of the hit blocks (one read per block, so each block's tier is known),
- * then put the objects of every block after the prefix.  0 or a fatal
- * error after printing why.
+ * of the hit blocks, then put the objects of every block after the
+ * prefix, batch_blocks blocks a get or put (@o holds as many).  A read
+ * that misses ends the prefix at its block; with tiers_per_block each
+ * hit block's tier is known.  Bytes read per tier come from the target's
+ * counters (where it has them).  0 or a fatal error after printing why.
  */
 int replay_run(const struct trace *t, struct replay_objects *o,
 	       const struct replay_target *target,

@@ -7,15 +7,27 @@ and on traces from the generator.  Stores are made under SCRATCH (a real
 disk).  Every check asserts a result; the first failure stops the group
 with a message and exit status 1.
 
-Groups: hand, lru, tiers, scale, determinism, malformed, csv, sweep, args.
+Groups: hand, lru, tiers, scale, determinism, malformed, csv, sweep, args,
+server.  The server group starts real kvstashd processes ($KVSTASHD, this
+build's) on 127.0.0.1 with ports they pick, stores under SCRATCH, and
+replays through them with --server (exit 77 where there is no kvstashd).
 """
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 KVSTASH = BENCH = SCRATCH = TMP = None
+DAEMONS = []  # kvstashd processes started by this group, stopped at exit
+KEY = "replay 000102030405060708090a0b0c0d0e0f\n"
+
+
+class Skip(Exception):
+    pass
 
 # One trace block of 512 tokens is 4 spans of 128; the test model has one
 # layer and one KV head of D=128, so a block is 4 objects (2-bit: 12800
@@ -51,6 +63,14 @@ def replay(trace, *args):
     p = run("bench", "trace", trace, "--dir", SCRATCH, "--progress", "0",
             "--json", *args)
     return json.loads(p.stdout)
+
+
+def replay_server(trace, server, *args):
+    """One replay through the daemon @server ([--server, ADDR,
+    --auth-key-file, FILE]) with --json: (parsed object, stderr)."""
+    p = run("bench", "trace", trace, "--progress", "0", "--json", *server,
+            *args)
+    return json.loads(p.stdout), p.stderr
 
 
 def write_trace(name, requests):
@@ -476,8 +496,37 @@ def group_args():
         check(len(lines) == 2 and lines[0].startswith("kvstash bench trace: ")
               and lines[1] == "try 'kvstash bench trace --help'",
               "%r: %r" % (extra, p.stderr))
+    # With --server the store is the daemon's: what configures a store
+    # here, and a sweep, are refused, not ignored; the client's options
+    # need --server.  (A build without the network service refuses
+    # --server itself.)
+    srv = ["--server", "127.0.0.1:1", "--auth-key-file", "keys"]
+    server_usage = [
+        (srv + ["--sweep", "1G"], "one capacity"),
+        (srv + ["--sweep-tier", "nvme"], "one capacity"),
+        (srv + ["--plot", "x.png"], "one capacity"),
+        (srv + ["--dram-capacity", "1G"], "--dram-capacity with --server"),
+        (srv + ["--nvme-capacity", "1G"], "--nvme-capacity with --server"),
+        (srv + ["--segment-size", "1M"], "--segment-size with --server"),
+        (srv + ["--dir", SCRATCH], "--dir with --server"),
+        (srv + ["--fp16"], "kvstashd stores sealed blocks only"),
+        (srv[:2], "needs --auth-key-file"),
+        (["--auth-key-file", "keys"], "--auth-key-file goes with --server"),
+        (["--timeout-ms", "5"], "--timeout-ms goes with --server"),
+        (["--shared-memory"], "--shared-memory goes with --server"),
+    ]
+    for extra, cause in server_usage:
+        p = run("bench", "trace", t, *extra, expect=2)
+        lines = p.stderr.strip().splitlines()
+        check(len(lines) == 2 and lines[1] ==
+              "try 'kvstash bench trace --help'" and
+              (cause in lines[0] or ("--server" in extra and
+                                      "without the network service" in
+                                      lines[0])),
+              "%r: %r" % (extra, p.stderr))
     p = run("bench", "trace", "--help")
     check(p.stdout.startswith("usage: kvstash bench trace"), "help")
+    check("--server HOST:PORT" in p.stdout, "help: --server")
     run("bench", "trace", expect=2)
     # A failed write of the result is an error.
     with open("/dev/full", "w") as full:
@@ -496,6 +545,191 @@ def group_args():
           512 + 2 * 4 * 128 * 128 * 2, "fp16 object %r" % r["objects"])
 
 
+# ---- through a kvstashd ---------------------------------------------------
+
+def start_daemon(name, *args):
+    """A kvstashd of this build on 127.0.0.1 (a port it picks) with a new
+    store; the replay's --server arguments for it."""
+    kvstashd = os.environ.get("KVSTASHD", "")
+    if not os.access(kvstashd, os.X_OK):
+        raise Skip("no kvstashd in this build ($KVSTASHD unset): the "
+                   "network service is not built")
+    d = os.path.join(TMP, name)
+    os.makedirs(d)
+    keys = os.path.join(d, "keys")
+    with open(keys, "w") as f:
+        f.write(KEY)
+    ready = os.path.join(d, "ready")
+    log = os.path.join(d, "kvstashd.log")
+    with open(log, "w") as out:
+        p = subprocess.Popen([kvstashd, "--listen", "127.0.0.1:0", "--dir",
+                              os.path.join(d, "store"), "--auth-key-file",
+                              keys, "--ready-file", ready] +
+                             [str(a) for a in args], stdout=out, stderr=out)
+    DAEMONS.append(p)
+    deadline = time.time() + 15
+    while not os.path.exists(ready):
+        if p.poll() is not None:
+            with open(log) as f:
+                raise Failure("kvstashd exited at start: %s" % f.read())
+        check(time.time() < deadline, "kvstashd not ready in 15 s")
+        time.sleep(0.02)
+    with open(ready) as f:
+        port = int(f.read().split()[0])
+    return ["--server", "127.0.0.1:%d" % port, "--auth-key-file", keys]
+
+
+def stop_daemons():
+    for p in DAEMONS:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    del DAEMONS[:]
+
+
+def daemon_stat(server):
+    """The daemon's STAT (its counters since it started)."""
+    return json.loads(run(*server, "stat", "--json").stdout)
+
+
+# What a replay through a daemon must count as the same replay in-process
+# does, whatever the daemon's policy did with the tiers.
+SAME = ("requests", "lookup_blocks", "hit_blocks", "miss_blocks",
+        "prompt_tokens", "hit_tokens", "prefill_tokens_saved",
+        "objects_put", "objects_read", "bytes_written", "bytes_read",
+        "put_refused", "read_misses")
+
+
+def same_counts(r, local, what):
+    for k in SAME:
+        check(r[k] == local[k], "%s: %s %r through the daemon, %r "
+              "in-process" % (what, k, r[k], local[k]))
+
+
+def group_server():
+    # Why the comparison is of hit counts and not of tiers: the daemon
+    # receives a put's objects straight into DRAM slots it reserves for
+    # them (kvs_store_reserve, then kvs_store_commit_batch), so all of a
+    # batch's evictions happen before any of its objects enters the
+    # S3-FIFO queues, where an in-process kvs_store_put_batch evicts for
+    # each object with the batch's earlier objects already queued.  Which
+    # objects stay in DRAM (evictions, promotions, hits by tier) may then
+    # differ.  Whether an object is held at all does not, as long as the
+    # NVMe tier never drops one: the tiers below hold every object put.
+    #
+    # Daemon A: DRAM for 2 blocks of the one-head model (8 slots of
+    # 16 KiB) in front of 2 MiB of NVMe in 256 KiB segments (15 records
+    # each, 120 in all; the replays below spill at most 48 objects).
+    tiers = ["--dram-capacity", "128K", "--nvme-capacity", "2M",
+             "--segment-size", "256K"]
+    srv = start_daemon("a", *tiers)
+    # One block a request but r7, r8: 1 2 3 miss; 1 hits (from NVMe:
+    # DRAM holds 2 and 3), 2 hits, 4 misses; [1 5] hits 1, [1 5 6] hits
+    # 1 5; 3 and 2 hit.  7 hit blocks (28 objects read), 6 blocks put
+    # (24 objects), 13 looked up.
+    reqs = [[1], [2], [3], [1], [2], [4], [1, 5], [1, 5, 6], [3], [2]]
+    t = write_trace("srv.jsonl", [(512 * len(ids), ids) for ids in reqs])
+    want = dict(requests=10, lookup_blocks=13, hit_blocks=7,
+                miss_blocks=6, hit_tokens=7 * 512, prompt_tokens=13 * 512,
+                objects_put=24, objects_read=28, bytes_written=24 * OBJ,
+                bytes_read=28 * OBJ, read_misses=0, put_refused=0)
+    local = replay(t, *SMALL, *tiers)
+    expect_counts(local, **want)
+    check(local["nvme_hit_objects"] > 0, "in-process: no NVMe hit")
+    r, err = replay_server(t, srv, *SMALL)
+    expect_counts(r, **want)
+    same_counts(r, local, "daemon A")
+    check(r["target"] == "kvstashd" and r["server"] == srv[1], "target")
+    check(err == "", "a note for an empty daemon: %r" % err)
+    check(r["objects_before"] == 0, "objects before %r" % r["objects_before"])
+    # The capacities are the daemon's (at scale 1 the same bytes), and
+    # the LRU beside it replays them: the same LRU as in-process.
+    check(r["store_dram_capacity"] == 128 << 10 and
+          r["store_nvme_capacity"] == 2 << 20 and
+          r["dram_capacity"] == 128 << 10, "capacities %r" % r)
+    check(r["lru"] == local["lru"], "LRU beside the daemon differs")
+    # Counters are the daemon's, over the replay: 28 objects read are 28
+    # hits of its store; 24 objects in 8 slots are at least 16 spills.
+    check(r["hit_objects"] == 28, "daemon hits %r" % r["hit_objects"])
+    check(r["evictions"] >= 16 and r["spills"] >= 16, "evictions %r, "
+          "spills %r" % (r["evictions"], r["spills"]))
+    check(r["nvme_bytes_written"] == r["spills"] * OBJ, "NVMe bytes")
+    check("dram_hit_blocks" not in r and "promotions" not in r,
+          "tiers of blocks reported though the daemon does not say")
+    st1 = daemon_stat(srv)
+    check(st1["hits"] == r["hit_objects"] and
+          st1["evictions"] == r["evictions"] and
+          st1["spills"] == r["spills"], "daemon stat %r" % st1)
+
+    # Again, on the daemon as the first replay left it: every block is
+    # there (a note says the daemon was not empty), nothing is put, and
+    # the counters are this replay's differences, not the daemon's
+    # lifetime counters.
+    r2, err = replay_server(t, srv, *SMALL)
+    expect_counts(r2, lookup_blocks=13, hit_blocks=13, objects_put=0,
+                  objects_read=52)
+    check("note:" in err and "holds objects already" in err and
+          len(err.strip().splitlines()) == 1, "note: %r" % err)
+    check(r2["objects_before"] > 0, "objects before")
+    st2 = daemon_stat(srv)
+    check(r2["hit_objects"] == st2["hits"] - st1["hits"] == 52 and
+          r2["evictions"] == st2["evictions"] - st1["evictions"],
+          "differences: hits %d, evictions %d; daemon %d -> %d hits, "
+          "%d -> %d evictions" % (r2["hit_objects"], r2["evictions"],
+                                  st1["hits"], st2["hits"],
+                                  st1["evictions"], st2["evictions"]))
+    # Under another namespace the first replay's blocks are other ids:
+    # the same hits as in-process (the NVMe tier still holds everything).
+    r3, _ = replay_server(t, srv, *SMALL, "--namespace", "other")
+    same_counts(r3, local, "another namespace")
+
+    # Daemon B, with a 4 KiB payload limit: objects of 3584 bytes (one
+    # head of D=32) go one a request, and a chain of 70 blocks (280
+    # spans) is looked up in pieces of 127 spans.  [1..70] misses, again
+    # hits 70, [1..60 71 72] hits 60, [1..20 73] hits 20: 150 hit blocks
+    # of 223, 73 blocks put.
+    tiny = ["--layers", "1", "--kv-heads", "1", "--head-dim", "32"]
+    tiers = ["--dram-capacity", "256K", "--nvme-capacity", "4M",
+             "--segment-size", "256K"]
+    srv_b = start_daemon("b", "--max-payload", "4096", *tiers)
+    chain = list(range(1, 71))
+    reqs = [chain, chain, chain[:60] + [71, 72], chain[:20] + [73]]
+    t = write_trace("long.jsonl", [(512 * len(ids), ids) for ids in reqs])
+    want = dict(lookup_blocks=223, hit_blocks=150, objects_put=292,
+                objects_read=600, read_misses=0)
+    local = replay(t, *tiny, *tiers)
+    expect_counts(local, **want)
+    r, _ = replay_server(t, srv_b, *tiny)
+    expect_counts(r, **want)
+    same_counts(r, local, "daemon B")
+    check(daemon_stat(srv_b)["hits"] == 600, "daemon B hits")
+    # Objects over the daemon's limits: refused before anything is sent.
+    p = run("bench", "trace", t, *srv_b, *SMALL, expect=1)
+    lines = p.stderr.strip().splitlines()
+    check(len(lines) == 1 and "12800 bytes, over the daemon's" in lines[0]
+          and p.stdout == "", "objects over the limit: %r" % p.stderr)
+
+    # A wrong key, a daemon that is not there: one line, exit 1.
+    wrong = os.path.join(TMP, "wrong-key")
+    with open(wrong, "w") as f:
+        f.write("replay 0f0e0d0c0b0a09080706050403020100\n")
+    p = run("bench", "trace", t, srv[0], srv[1], "--auth-key-file", wrong,
+            *SMALL, expect=1)
+    check(p.stderr.strip() == "kvstash bench trace: %s: authentication "
+          "refused" % srv[1], "wrong key: %r" % p.stderr)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        gone = "127.0.0.1:%d" % s.getsockname()[1]
+    p = run("bench", "trace", t, "--server", gone, "--auth-key-file", wrong,
+            "--timeout-ms", "3000", *SMALL, expect=1)
+    check(len(p.stderr.strip().splitlines()) == 1 and gone in p.stderr,
+          "no daemon: %r" % p.stderr)
+
+
 def main():
     global KVSTASH, BENCH, SCRATCH, TMP
     if len(sys.argv) != 5:
@@ -510,6 +744,11 @@ def main():
         except Failure as e:
             print("FAIL %s: %s" % (group, e))
             return 1
+        except Skip as e:
+            print("SKIP %s: %s" % (group, e))
+            return 77
+        finally:
+            stop_daemons()
     print("ok %s" % group)
     return 0
 
