@@ -655,7 +655,9 @@ int kvs_client_stat(struct kvs_client *c, struct kvs_client_stat *out)
 		return err;
 	drive_until_done(c, req);
 	err = req->status;
-	if (!err && req->stat_n < KVS_STAT_N)
+	/* the counters after the base are read where the server sends them
+	 * (zero otherwise) */
+	if (!err && req->stat_n < KVS_STAT_BASE_N)
 		err = -KVS_EPROTO;
 	if (!err)
 		memcpy(v, req->stat, sizeof(v));
@@ -685,6 +687,12 @@ int kvs_client_stat(struct kvs_client *c, struct kvs_client_stat *out)
 	out->tails_expired = v[KVS_STAT_TAILS_EXPIRED];
 	out->connections = v[KVS_STAT_CONNECTIONS];
 	out->uptime_s = v[KVS_STAT_UPTIME_S];
+	out->store.dram_hits = v[KVS_STAT_DRAM_HITS];
+	out->store.nvme_hits = v[KVS_STAT_NVME_HITS];
+	out->store.promotions = v[KVS_STAT_PROMOTIONS];
+	out->store.carried = v[KVS_STAT_CARRIED];
+	out->store.lost_segments = v[KVS_STAT_LOST_SEGMENTS];
+	out->store.compactions = v[KVS_STAT_COMPACTIONS];
 	return 0;
 }
 

@@ -121,6 +121,10 @@ static int server_counters(void *ctx, struct replay_counters *out)
 	/* The STAT reply may not carry hits by tier (docs/PROTOCOL.md,
 	 * section 7): they are the daemon's only where they add up. */
 	out->tier_hits = st->dram_hits + st->nvme_hits == st->hits;
+	/* a server that counts hits by tier sends its moves too */
+	out->moves = out->tier_hits;
+	out->promotions = st->promotions;
+	out->carried = st->carried;
 	out->evictions = st->evictions;
 	out->spills = st->spills;
 	/* blocks the daemon dropped, and those this client refused */

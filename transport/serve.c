@@ -482,6 +482,12 @@ static void serve_stat(struct kvs_server *srv, struct srv_req *req)
 	v[KVS_STAT_TAILS_EXPIRED] = M_GET(srv->m.tails_expired);
 	v[KVS_STAT_CONNECTIONS] = srv->n_conns;
 	v[KVS_STAT_UPTIME_S] = elapsed_ns(&srv->started) / 1000000000ull;
+	v[KVS_STAT_DRAM_HITS] = st.dram_hits;
+	v[KVS_STAT_NVME_HITS] = st.nvme_hits;
+	v[KVS_STAT_PROMOTIONS] = st.promotions;
+	v[KVS_STAT_CARRIED] = st.carried;
+	v[KVS_STAT_LOST_SEGMENTS] = st.lost_segments;
+	v[KVS_STAT_COMPACTIONS] = st.compactions;
 	frame_reply(r, req, 0, KVS_STAT_N, KVS_STAT_N * 8);
 	for (unsigned i = 0; i < KVS_STAT_N; i++)
 		kvs_put64(r->frame + KVS_PROTO_HEADER_SIZE + i * 8, v[i]);
