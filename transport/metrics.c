@@ -134,6 +134,13 @@ static void render(struct kvs_server *srv, struct text *t)
 	family(t, "kvstash_get_misses_total", "counter",
 	       "Blocks asked for by gets and not found.");
 	emit(t, "kvstash_get_misses_total %llu\n", (unsigned long long)misses);
+	family(t, "kvstash_rndv_receives_total", "counter",
+	       "Payloads received by rendezvous, by whether they went "
+	       "with the store arena's UCX memory handle.");
+	emit(t, "kvstash_rndv_receives_total{memh=\"arena\"} %llu\n",
+	     (unsigned long long)M_GET(m->rndv_memh));
+	emit(t, "kvstash_rndv_receives_total{memh=\"none\"} %llu\n",
+	     (unsigned long long)M_GET(m->rndv_plain));
 	family(t, "kvstash_hit_ratio", "gauge",
 	       "Hits over blocks asked for by gets since start.");
 	emit(t, "kvstash_hit_ratio %g\n",

@@ -405,8 +405,22 @@ undo:
 	return -ENOSPC;
 }
 
+/* Whether @len bytes at @p lie in the store's arena, mapped for UCX. */
+static bool in_arena(const struct kvs_server *srv, const void *p, size_t len)
+{
+	const uint8_t *b = p;
+
+	return srv->arena_memh && b >= srv->arena_base &&
+	       len <= srv->arena_len &&
+	       (size_t)(b - srv->arena_base) <= srv->arena_len - len;
+}
+
 /* Starts the rendezvous receive of @req's payload into @buf (@count iov
- * entries with @iov, else contiguous); tracked for its timeout. */
+ * entries with @iov, else contiguous); tracked for its timeout.  A
+ * payload landing in store slots is received with the arena's memory
+ * handle, so UCX registers nothing for it (UCX 1.13 uses the handle for a
+ * contiguous buffer and ignores it for an iov; later versions use it for
+ * both, every entry lying in the one mapping). */
 static void receive_payload(struct kvs_server *srv, struct srv_req *req,
 			    void *data, void *buf, size_t count, bool iov)
 {
@@ -416,11 +430,25 @@ static void receive_payload(struct kvs_server *srv, struct srv_req *req,
 		.cb.recv_am = on_payload,
 		.user_data = req,
 	};
+	bool mapped = count > 0;
 	void *rreq;
 
 	if (iov) {
+		const ucp_dt_iov_t *v = buf;
+
 		rparam.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
 		rparam.datatype = ucp_dt_make_iov();
+		for (size_t i = 0; i < count && mapped; i++)
+			mapped = in_arena(srv, v[i].buffer, v[i].length);
+	} else {
+		mapped = in_arena(srv, buf, count);
+	}
+	if (mapped) {
+		rparam.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+		rparam.memh = srv->arena_memh;
+		M_ADD(srv->m.rndv_memh, 1);
+	} else {
+		M_ADD(srv->m.rndv_plain, 1);
 	}
 	req->receiving = true;
 	req->recv_start_ns = now_ns();
@@ -853,6 +881,8 @@ int kvs_server_map_arena(struct kvs_server *srv, void *base, size_t len)
 		srv->arena_memh = NULL;
 		return kvs_ucx_error(st);
 	}
+	srv->arena_base = base;
+	srv->arena_len = len;
 	return 0;
 }
 

@@ -100,6 +100,9 @@ struct srv_metrics {
 	uint64_t connections, connections_total;
 	uint64_t tails, tail_bytes, tails_expired, tails_taken;
 	uint64_t get_hits, get_misses;
+	/* rendezvous payload receives, with and without the arena's memory
+	 * handle passed to UCX */
+	uint64_t rndv_memh, rndv_plain;
 };
 
 struct tail_table;
@@ -123,6 +126,8 @@ struct kvs_server {
 	struct srv_req *receiving; /* rendezvous receives in flight */
 	int store_fd; /* the store's completion event fd */
 	ucp_mem_h arena_memh; /* the store's DRAM arena, mapped */
+	const uint8_t *arena_base; /* with arena_memh */
+	size_t arena_len;
 	struct tail_table *tails;
 	struct srv_metrics m;
 	struct timespec started;

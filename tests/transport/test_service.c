@@ -735,6 +735,71 @@ static void test_stat_metrics(void **state)
 	daemon_cleanup(&d);
 }
 
+/* Puts large enough for rendezvous land in store slots received with the
+ * arena's UCX memory handle (the daemon maps its arena): none goes
+ * without it, and what was put reads back. */
+static void test_arena_memh(void **state)
+{
+	enum { NB = 4 };
+	struct daemon d;
+	struct kvs_client *c;
+	struct kvs_store_key keys[NB];
+	uint8_t *objs[NB];
+	size_t lens[NB], caps[NB], got[NB];
+	void *bufs[NB];
+	int res[NB];
+	unsigned long long with = 0, without = 0;
+	const char *p;
+	char *m;
+
+	daemon_prepare(&d, "memh");
+	{
+		const char *extra[] = { "--metrics", "127.0.0.1:0", NULL };
+
+		daemon_start(&d, extra);
+	}
+	for (int i = 0; i < NB; i++) {
+		objs[i] = make_block(40 + (uint64_t)i, (uint32_t)i, 8, 128,
+				     &lens[i], &keys[i]);
+		caps[i] = lens[i];
+		bufs[i] = malloc(caps[i]);
+		assert_non_null(bufs[i]);
+	}
+	c = client_of(&d, "alice", 0);
+	/* one object (a contiguous receive), then a batch (an iov) */
+	assert_int_equal(kvs_client_put(c, (const uint8_t *const *)objs, lens,
+					1, KVS_DURABILITY_WRITTEN, res),
+			 0);
+	assert_int_equal(kvs_client_put(c, (const uint8_t *const *)objs + 1,
+					lens + 1, NB - 1,
+					KVS_DURABILITY_WRITTEN, res),
+			 0);
+	assert_int_equal(kvs_client_get(c, keys, NB, bufs, caps, got, res), 0);
+	for (int i = 0; i < NB; i++) {
+		assert_int_equal(res[i], 0);
+		assert_int_equal(got[i], lens[i]);
+		assert_memory_equal(bufs[i], objs[i], lens[i]);
+	}
+	m = metrics_fetch(&d);
+	assert_non_null(m);
+	p = strstr(m, "kvstash_rndv_receives_total{memh=\"arena\"} ");
+	assert_non_null(p);
+	with = strtoull(strchr(p, '}') + 2, NULL, 10);
+	p = strstr(m, "kvstash_rndv_receives_total{memh=\"none\"} ");
+	assert_non_null(p);
+	without = strtoull(strchr(p, '}') + 2, NULL, 10);
+	free(m);
+	assert_int_equal(without, 0);
+	assert_true(with >= 1);
+	kvs_client_close(c);
+	for (int i = 0; i < NB; i++) {
+		free(objs[i]);
+		free(bufs[i]);
+	}
+	assert_int_equal(daemon_stop(&d, SIGTERM, 10000), 0);
+	daemon_cleanup(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -748,6 +813,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_tails, daemons_reap),
 		cmocka_unit_test_teardown(test_timeouts, daemons_reap),
 		cmocka_unit_test_teardown(test_stat_metrics, daemons_reap),
+		cmocka_unit_test_teardown(test_arena_memh, daemons_reap),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
