@@ -8,9 +8,11 @@
  * Input: one selector byte, then the bytes to parse (what the selector
  * names; a segment image for the walk).  Oracles beyond "no crash" (and no
  * out-of-bounds read under the sanitizers): an accepted structure encodes
- * back to one that decodes to the same fields; the manifest's lookups agree
- * with its runs; the walk's verdicts come in order, never overlap, stay in
- * the image, its good records verify, and it ends where its summary says.
+ * back to one that decodes to the same fields; an accepted record header
+ * is a record with an object or a tombstone without one, nothing else;
+ * the manifest's lookups agree with its runs; the walk's verdicts come in
+ * order, never overlap, stay in the image, its good records verify (a
+ * good tombstone is one page), and it ends where its summary says.
  * Returns 0 when the input was accepted (decoded; walked with no damage),
  * else the refusal.
  */
@@ -88,6 +90,11 @@ static int rec_header(const uint8_t *p, size_t n)
 	if (err)
 		return err;
 	if (h.seq == 0 || h.seq > REC_SEQ_MAX || h.length > STORE_MAX_OBJECT)
+		abort();
+	/* a tombstone carries no object; a record always one */
+	if ((h.flags & ~REC_FLAG_TOMBSTONE) ||
+	    (h.flags & REC_FLAG_TOMBSTONE ? h.length != 0 || h.payload_sum != 0
+					  : h.length < KVS_HEADER_SIZE))
 		abort();
 	rec_header_encode(&h, enc);
 	if (rec_header_decode(enc, &h2) ||
@@ -203,6 +210,10 @@ static int walk_cb(void *arg, const struct walk_item *it)
 		abort();
 	if (it->kind == WALK_RECORD && it->status == KVS_FSCK_GOOD &&
 	    (!it->rec || record_verify(it->rec, it->len, NULL, 0, NULL, NULL)))
+		abort();
+	/* a good tombstone is one page: its header and zeros */
+	if (it->kind == WALK_RECORD && it->status == KVS_FSCK_GOOD &&
+	    (it->h.flags & REC_FLAG_TOMBSTONE) && it->len != KVS_STORE_ALIGN)
 		abort();
 	c->next = it->off + (it->len ? it->len : 1);
 	c->items++;

@@ -2,11 +2,12 @@
  * make_store_corpus.c - writes the seed corpus of fuzz_store.c: each of the
  * store's on-disk structures valid (ok-*) and damaged in the ways that
  * matter (bad-*: a flipped bit, a newer version with a valid checksum, a
- * sequence number at the top, overlapping manifest runs), and segment
- * images for the walk (sealed, an unsealed head with its unused zeros, a
- * torn tail, a corrupt record in the middle).  Every file is one selector
- * byte (fuzz_store.c) followed by the bytes to parse; names start with ok-
- * or bad- for fuzz_replay's expectations.
+ * sequence number at the top, overlapping manifest runs, a tombstone
+ * with a length or an unknown flag), and segment images for the walk
+ * (sealed, an unsealed head with its unused zeros, a torn tail, a corrupt
+ * record in the middle, tombstones among the records).  Every file is one
+ * selector byte (fuzz_store.c) followed by the bytes to parse; names start with
+ * ok- or bad- for fuzz_replay's expectations.
  *
  * Usage: make_store_corpus DIR   (regenerate fuzz/corpus_store after a
  * change of the store's format)
@@ -56,6 +57,8 @@ static void superblocks(void)
 	emit("ok-superblock", SEL_SB, sb, sizeof(sb));
 	resum32(sb, 8, 1, 56);
 	emit("ok-superblock-format1", SEL_SB, sb, sizeof(sb));
+	resum32(sb, 8, 2, 56);
+	emit("ok-superblock-format2", SEL_SB, sb, sizeof(sb));
 	resum32(sb, 8, KVS_STORE_FORMAT_VERSION + 1, 56);
 	emit("bad-superblock-newer", SEL_SB, sb, sizeof(sb));
 	sb_encode(sb);
@@ -97,6 +100,24 @@ static void record_headers(const struct test_blk *b)
 	h.length = STORE_MAX_OBJECT + 1;
 	rec_header_encode(&h, hdr);
 	emit("bad-rec-header-too-long", SEL_REC, hdr, sizeof(hdr));
+	/* tombstones: no object; a length, a checksum or another flag
+	 * makes one damage */
+	h.flags = REC_FLAG_TOMBSTONE;
+	h.length = 0;
+	h.payload_sum = 0;
+	rec_header_encode(&h, hdr);
+	emit("ok-rec-header-tombstone", SEL_REC, hdr, sizeof(hdr));
+	h.length = (uint32_t)b->len;
+	rec_header_encode(&h, hdr);
+	emit("bad-rec-header-tombstone-length", SEL_REC, hdr, sizeof(hdr));
+	h.length = 0;
+	h.payload_sum = 7;
+	rec_header_encode(&h, hdr);
+	emit("bad-rec-header-tombstone-sum", SEL_REC, hdr, sizeof(hdr));
+	h.payload_sum = 0;
+	h.flags = REC_FLAG_TOMBSTONE | 0x2;
+	rec_header_encode(&h, hdr);
+	emit("bad-rec-header-flags", SEL_REC, hdr, sizeof(hdr));
 }
 
 static void footers(void)
@@ -142,17 +163,20 @@ static void manifests(void)
 	     manifest_encoded_size(0, 0));
 }
 
-/* A segment image: header, the records of @b, then the footer or zeros. */
+/* A segment image: header, the records of @b (each followed by a
+ * tombstone of its key where bit i of @tombs is set), then the footer or
+ * zeros. */
 static size_t segment(const struct test_blk *b, int n, bool sealed,
-		      size_t zeros, uint8_t *img)
+		      size_t zeros, unsigned tombs, uint8_t *img)
 {
 	size_t off = SEG_HEADER_SIZE;
 	struct seg_footer f = { .id = 0, .records = (uint32_t)n };
+	uint64_t seq = 1;
 
 	seg_header_encode(0, img);
 	for (int i = 0; i < n; i++) {
 		struct rec_header h = {
-			.seq = (uint64_t)i + 1,
+			.seq = seq++,
 			.length = (uint32_t)b[i].len,
 			.payload_sum = payload_checksum(b[i].obj, b[i].len),
 			.key = b[i].key,
@@ -163,6 +187,15 @@ static size_t segment(const struct test_blk *b, int n, bool sealed,
 		rec_header_encode(&h, img + off);
 		memcpy(img + off + REC_HEADER_SIZE, b[i].obj, b[i].len);
 		off += rec;
+		if (!(tombs & (1u << i)))
+			continue;
+		h = (struct rec_header){ .flags = REC_FLAG_TOMBSTONE,
+					 .seq = seq++,
+					 .key = b[i].key };
+		memset(img + off, 0, KVS_STORE_ALIGN);
+		rec_header_encode(&h, img + off);
+		off += KVS_STORE_ALIGN;
+		f.records++;
 	}
 	if (sealed) {
 		f.end = off;
@@ -182,20 +215,27 @@ static void walks(const struct test_blk *b)
 		failed = 1;
 		return;
 	}
-	len = segment(b, 3, true, 0, img);
+	len = segment(b, 3, true, 0, 0, img);
 	emit("ok-walk-sealed", SEL_WALK, img, len);
-	len = segment(b, 3, false, 4 * KVS_STORE_ALIGN, img);
+	len = segment(b, 3, false, 4 * KVS_STORE_ALIGN, 0, img);
 	emit("ok-walk-head", SEL_WALK, img, len);
+	/* deletions logged after the first and the last record */
+	len = segment(b, 3, true, 0, 0x5, img);
+	emit("ok-walk-tombstones", SEL_WALK, img, len);
 	/* a crash cut the last record short: its last page never written */
-	len = segment(b, 3, false, 0, img);
+	len = segment(b, 3, false, 0, 0, img);
 	memset(img + len - KVS_STORE_ALIGN, 0, KVS_STORE_ALIGN);
 	emit("bad-walk-torn-tail", SEL_WALK, img, len);
 	/* a flipped byte in the first record's object */
-	len = segment(b, 3, true, 0, img);
+	len = segment(b, 3, true, 0, 0, img);
 	img[SEG_HEADER_SIZE + REC_HEADER_SIZE + 100] ^= 0x20;
 	emit("bad-walk-corrupt-middle", SEL_WALK, img, len);
+	/* a flipped bit in a tombstone (after the first record) */
+	len = segment(b, 3, true, 0, 0x1, img);
+	img[SEG_HEADER_SIZE + record_size(b[0].len) + 40] ^= 0x01;
+	emit("bad-walk-tombstone-flipped", SEL_WALK, img, len);
 	/* a record's header page zeroed, later ones whole */
-	len = segment(b, 3, true, 0, img);
+	len = segment(b, 3, true, 0, 0, img);
 	memset(img + SEG_HEADER_SIZE, 0, KVS_STORE_ALIGN);
 	emit("bad-walk-never-written", SEL_WALK, img, len);
 	free(img);

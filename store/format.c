@@ -18,6 +18,9 @@
  *   0 u32 magic "KVSR"  4 u16 layout version  6 u16 flags  8 u64 sequence
  *   16 u32 object length  20 u32 layer  24 u64 xxh3 of the object
  *   32 span id [32]  64..119 zero  120 u64 xxh3 of bytes 0..119
+ *   flags: 0 (an object follows) or 1 (a tombstone, store format 3: the
+ *   key was deleted; length 0, object checksum 0, the record is this
+ *   header and zero padding to 4096)
  * segment footer (one 4096-byte page at the log end of a sealed segment)
  *   0 magic "KVSFOOT1"  8 u32 layout version  12 u32 flags  16 u64 id
  *   24 u64 log end (this page's offset)  32 u32 records  36 u32 zero
@@ -118,7 +121,11 @@ int rec_header_decode(const uint8_t *buf, struct rec_header *out)
 	h.key.layer = kvs_get32(buf + 20);
 	h.payload_sum = kvs_get64(buf + 24);
 	memcpy(h.key.span_id, buf + 32, KVS_ID_SIZE);
-	if (h.length < KVS_HEADER_SIZE || h.length > STORE_MAX_OBJECT)
+	if (h.flags & ~REC_FLAG_TOMBSTONE)
+		return -KVS_EBOUNDS;
+	if (h.flags & REC_FLAG_TOMBSTONE
+		    ? h.length != 0 || h.payload_sum != 0
+		    : h.length < KVS_HEADER_SIZE || h.length > STORE_MAX_OBJECT)
 		return -KVS_EBOUNDS;
 	/* sequence numbers start at 1 and cannot reach 2^63 honestly (a
 	 * billion puts a second for 292 years): beyond is damage or a
@@ -170,6 +177,8 @@ int record_verify(const uint8_t *rec, size_t avail,
 		check = "record key";
 		goto bad;
 	}
+	if (h.flags & REC_FLAG_TOMBSTONE)
+		goto good; /* the header is the whole record */
 	if (payload_checksum(obj, h.length) != h.payload_sum) {
 		err = -KVS_ESECTSUM;
 		check = "record checksum";
@@ -186,6 +195,7 @@ int record_verify(const uint8_t *rec, size_t avail,
 		check = "object key";
 		goto bad;
 	}
+good:
 	if (out)
 		*out = h;
 	return 0;

@@ -20,7 +20,10 @@
  * directory); a segment left with nothing is deleted; leftovers are
  * deleted; the manifest is rewritten (missing segments acknowledged);
  * a damaged superblock is rebuilt where a manifest or a segment shows a
- * store is there; a format-1 store is upgraded.
+ * store is there; a store of an older format is upgraded.
+ *
+ * Tombstones (store format 3) are records: checked, superseded by a newer
+ * record of their key or superseding older ones, and kept by a repair.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -117,6 +120,7 @@ static int verdict_cb(void *arg, const struct walk_item *it)
 		r.seq = it->h.seq;
 		r.key = it->h.key;
 		r.key_valid = true;
+		r.tombstone = it->h.flags & REC_FLAG_TOMBSTONE;
 	}
 	c->bad |= it->status != KVS_FSCK_GOOD;
 	return add(&c->f->vs, &r);
@@ -540,8 +544,7 @@ int kvs_store_fsck(const char *dir, unsigned flags,
 		err = check_missing(&f, &ls);
 	if (!err)
 		err = check_tmps(&f, &ls);
-	if (!err && f.repair &&
-	    (f.changed || !f.have_man || f.format < KVS_STORE_FORMAT_VERSION))
+	if (!err && f.repair && (f.changed || !f.have_man || f.format < 2))
 		err = write_manifest(&f);
 	if (!err && f.repair && f.format < KVS_STORE_FORMAT_VERSION)
 		err = superblock_write(f.io, dir);
@@ -561,6 +564,7 @@ int kvs_store_fsck(const char *dir, unsigned flags,
 		f.rep.torn += r->status == KVS_FSCK_TORN;
 		f.rep.missing += r->status == KVS_FSCK_MISSING;
 		f.rep.superseded += r->superseded;
+		f.rep.tombstones += r->status == KVS_FSCK_GOOD && r->tombstone;
 		if (cb)
 			cb(arg, r);
 	}

@@ -263,7 +263,7 @@ int kvs_store_get_batch(struct kvs_store *store,
 			results[i] = 0;
 			s->st.hits++;
 			s->st.dram_hits++;
-		} else if (e && e->seg) {
+		} else if (e && e->seg && !e->tomb) {
 			e->pins++;
 			rd[nrd].e = e;
 			rd[nrd].i = i;
@@ -343,7 +343,7 @@ size_t kvs_store_lookup_prefix(struct kvs_store *store,
 
 			key.layer = layers[l];
 			e = index_find(&store->index, &key);
-			if (!e || (!e->slot && !e->seg))
+			if (!e || e->tomb || (!e->slot && !e->seg))
 				break;
 		}
 		if (l < n_layers)
@@ -363,6 +363,7 @@ void kvs_store_stats_get(struct kvs_store *store, struct kvs_store_stats *out)
 	out->dram.bytes = s->dram_obj_bytes;
 	out->dram.capacity = s->dram_on ? s->opts.dram_capacity : 0;
 	out->nvme.blocks = s->nvme_objects;
+	out->tombstones = s->nvme_tombstones;
 	out->nvme.bytes = s->nvme_obj_bytes;
 	out->nvme.capacity = s->nvme_on ? s->opts.nvme_capacity : 0;
 	out->segments = s->nsegs;

@@ -80,6 +80,7 @@ int index_insert(struct index *ix, const struct kvs_store_key *key,
 	e->cls = -1;
 	list_init(&e->dlink);
 	list_init(&e->nlink);
+	list_init(&e->tlink);
 	b = e->hash & (ix->nbuckets - 1);
 	e->hnext = ix->bucket[b];
 	ix->bucket[b] = e;

@@ -218,11 +218,17 @@ void nvme_attach(struct kvs_store *s, struct entry *e, struct segment *seg,
 	e->off = off;
 	e->seq = seq;
 	e->bad = false;
+	e->on_disk = true;
 	list_push(&seg->records, &e->nlink);
 	seg->live_bytes += record_size(e->len);
 	seg->live_count++;
-	s->nvme_objects++;
-	s->nvme_obj_bytes += e->len;
+	if (e->tomb) {
+		s->nvme_tombstones++;
+		list_push(&s->tombs, &e->tlink);
+	} else {
+		s->nvme_objects++;
+		s->nvme_obj_bytes += e->len;
+	}
 }
 
 void nvme_detach(struct kvs_store *s, struct entry *e)
@@ -233,8 +239,64 @@ void nvme_detach(struct kvs_store *s, struct entry *e)
 	e->seg->live_bytes -= record_size(e->len);
 	e->seg->live_count--;
 	e->seg = NULL;
-	s->nvme_objects--;
-	s->nvme_obj_bytes -= e->len;
+	if (e->tomb) {
+		s->nvme_tombstones--;
+		list_del(&e->tlink);
+	} else {
+		s->nvme_objects--;
+		s->nvme_obj_bytes -= e->len;
+	}
+}
+
+uint64_t nvme_first_seg(struct kvs_store *s)
+{
+	/* records go to the newest segment or to one made after it */
+	if (list_empty(&s->segments))
+		return s->next_seg_id;
+	return list_entry(s->segments.next, struct segment, link)->id;
+}
+
+bool nvme_tomb_droppable(struct kvs_store *s, const struct entry *e,
+			 const struct segment *seg)
+{
+	uint64_t floor =
+		e->first_seg < s->stale_floor ? e->first_seg : s->stale_floor;
+	struct list *l;
+
+	/* oldest first: the list is in id order */
+	for (l = s->segments.prev; l != &s->segments; l = l->prev) {
+		const struct segment *o = list_entry(l, struct segment, link);
+
+		if (o->id >= seg->id)
+			break;
+		if (o->id >= floor)
+			return false;
+	}
+	return true;
+}
+
+void tomb_drop(struct kvs_store *s, struct entry *e)
+{
+	nvme_detach(s, e);
+	/* every older record of the key is gone with it */
+	e->on_disk = false;
+	e->tomb = false;
+	entry_maybe_free(s, e);
+}
+
+void tombs_prune(struct kvs_store *s)
+{
+	struct list *l = s->tombs.next, *next;
+
+	/* the record stays in its segment, harmless: the index forgets it,
+	 * and the segment's live bytes no longer count it */
+	for (; l != &s->tombs; l = next) {
+		struct entry *e = list_entry(l, struct entry, tlink);
+
+		next = l->next;
+		if (!e->pins && nvme_tomb_droppable(s, e, e->seg))
+			tomb_drop(s, e);
+	}
 }
 
 static void nghost_trim(struct kvs_store *s)
@@ -315,6 +377,7 @@ static void stamp(struct kvs_store *s, struct entry *e, uint8_t *image,
 		  uint64_t seq)
 {
 	struct rec_header h = {
+		.flags = e->tomb ? REC_FLAG_TOMBSTONE : 0,
 		.seq = seq,
 		.length = e->len,
 		.payload_sum = e->psum,
@@ -487,6 +550,7 @@ static void drop_segments(struct kvs_store *s, struct segment **v, size_t n)
 			ids[i] = v[i]->id;
 		seg_free(s, v[i]);
 	}
+	tombs_prune(s);
 	err = store_manifest_write(s, false);
 	/* the files go without the manifest's word only to make room on a
 	 * full disk; otherwise (no memory, say) they stay: listed, they come
@@ -554,6 +618,14 @@ static void evict_segment(struct kvs_store *s, struct segment *seg,
 		struct entry *e = list_entry(l, struct entry, nlink);
 		bool keep = false;
 
+		/* reclaims take the oldest segments: every older record of a
+		 * deleted key goes with this one or went before */
+		if (e->tomb) {
+			tomb_drop(s, e);
+			continue;
+		}
+		/* its older records are gone too (older segments first) */
+		e->on_disk = false;
 		if (e->nfreq > 0) {
 			e->nfreq--;
 			if (e->slot) {
@@ -681,7 +753,7 @@ static int roll_create(struct kvs_store *s, struct carry_set *set)
 static void compact_one(struct kvs_store *s, struct segment *victim)
 {
 	struct segment *head = head_seg(s);
-	uint8_t *buf = NULL;
+	uint8_t *buf = NULL, *tomb_page = NULL;
 	uint64_t buf_len = 0;
 	struct list *l;
 	int err = 0;
@@ -690,8 +762,26 @@ static void compact_one(struct kvs_store *s, struct segment *victim)
 		struct entry *e = list_entry(l, struct entry, nlink);
 		uint64_t rec = record_size(e->len);
 
+		/* a tombstone goes where no older record of its key is left
+		 * to hide, else it is copied like a record */
+		if (e->tomb && nvme_tomb_droppable(s, e, victim)) {
+			tomb_drop(s, e);
+			continue;
+		}
 		e->pins++;
-		if (e->slot) {
+		if (e->tomb) {
+			if (!tomb_page &&
+			    posix_memalign((void **)&tomb_page, KVS_STORE_ALIGN,
+					   KVS_STORE_ALIGN))
+				tomb_page = NULL;
+			if (tomb_page) {
+				memset(tomb_page, 0, KVS_STORE_ALIGN);
+				err = append(s, head, e, tomb_page,
+					     KVS_STORE_ALIGN, -1);
+			} else {
+				err = -ENOMEM;
+			}
+		} else if (e->slot) {
 			/* the DRAM slot holds the record image */
 			err = append(s, head, e, e->slot, rec,
 				     buf_index_of(s, e->slot));
@@ -719,6 +809,7 @@ static void compact_one(struct kvs_store *s, struct segment *victim)
 		entry_maybe_free(s, e);
 	}
 	free(buf);
+	free(tomb_page);
 	if (err || !list_empty(&victim->records) ||
 	    (head->dirty && seg_sync(s, head)))
 		return;

@@ -96,6 +96,11 @@ void entry_maybe_free(struct kvs_store *s, struct entry *e)
 		return;
 	if (e->in_index)
 		index_remove(&s->index, e);
+	/* older records of the key may be left (a put that could not write
+	 * its replacement, say): no tombstone is dropped while they may
+	 * remain */
+	if (e->on_disk && e->first_seg < s->stale_floor)
+		s->stale_floor = e->first_seg;
 	/* a zombie (replaced while pinned) may still be on lists */
 	if (e->dq == DQ_GHOST) {
 		list_del(&e->dlink);

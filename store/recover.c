@@ -85,19 +85,26 @@ int index_record(struct kvs_store *s, struct segment *seg, uint64_t off,
 
 	if (h->seq >= s->next_seq)
 		s->next_seq = h->seq + 1;
-	if (e && e->seg && e->seq >= h->seq)
-		return 0;
 	if (!e) {
 		err = index_insert(&s->index, &h->key, &e);
 		if (err)
 			return err;
+		e->first_seg = seg->id;
 	}
+	/* superseded records count too: a tombstone stays while they do */
+	if (seg->id < e->first_seg || !e->on_disk)
+		e->first_seg = seg->id;
+	e->on_disk = true;
+	if (e->seg && e->seq >= h->seq)
+		return 0;
 	nvme_detach(s, e);
+	e->tomb = h->flags & REC_FLAG_TOMBSTONE;
 	e->len = h->length;
 	e->psum = h->payload_sum;
 	e->bad = false;
 	nvme_attach(s, e, seg, off, h->seq);
-	e->rec_checked = false;
+	/* a tombstone is its header: checked whole by its decoding */
+	e->rec_checked = e->tomb;
 	return 0;
 }
 
@@ -253,7 +260,8 @@ struct newest_walk {
 /* A record of the newest segment that failed its check: the key keeps an
  * older record if it has one; if not, a corrupt one is remembered so that
  * a get says so (a torn one was never completed: simply absent). */
-static int mark_failed(struct kvs_store *s, const struct walk_item *it)
+static int mark_failed(struct kvs_store *s, const struct walk_item *it,
+		       uint64_t seg_id)
 {
 	struct entry *e = index_find(&s->index, &it->h.key);
 	int err;
@@ -264,8 +272,11 @@ static int mark_failed(struct kvs_store *s, const struct walk_item *it)
 		err = index_insert(&s->index, &it->h.key, &e);
 		if (err)
 			return err;
+		e->first_seg = seg_id;
 	}
+	e->tomb = false;
 	e->bad = true;
+	e->on_disk = true;
 	return 0;
 }
 
@@ -287,7 +298,7 @@ static int newest_cb(void *arg, const struct walk_item *it)
 	}
 	if (it->status != KVS_FSCK_GOOD) {
 		count_damage(s, nw->sc, it->status, it->off);
-		return it->has_header ? mark_failed(s, it) : 0;
+		return it->has_header ? mark_failed(s, it, nw->sc->seg->id) : 0;
 	}
 	nw->sc->tail_records = 0;
 	err = index_record(s, nw->sc->seg, it->off, &it->h);
@@ -773,6 +784,7 @@ int recover(struct kvs_store *s)
 	 * manifest still tells the truth (a later write says otherwise) */
 	s->clean_on_disk = newest && rc.nolder == rc.nsc &&
 			   head_seg(s) == newest->seg && !rc.rewrite_manifest;
+	tombs_prune(s);
 	if (!s->read_only && rc.rewrite_manifest)
 		err = store_manifest_write(s, false);
 	if (!err)

@@ -36,6 +36,7 @@
 #define LEGACY_LOCK_NAME "LOCK" /* taken by store format 1 */
 #define RING_MIN 64u /* ring entries, and recovery's depth */
 #define SEG_LAYOUT_VERSION 1 /* segment header, footer, record header */
+#define REC_FLAG_TOMBSTONE 0x1u /* a deletion, no object (format 3) */
 #define REC_SEQ_MAX ((1ull << 63) - 1)
 #define SB_SIZE 64u
 #define SB_COPY_OFF 4096u /* second copy of the superblock */
@@ -99,7 +100,7 @@ static inline struct list *list_oldest(struct list *head)
 
 struct rec_header {
 	uint16_t version;
-	uint16_t flags;
+	uint16_t flags; /* REC_FLAG_TOMBSTONE or 0 */
 	uint64_t seq;
 	uint32_t length; /* object bytes */
 	uint64_t payload_sum; /* xxh3-64 of the object bytes */
@@ -431,7 +432,16 @@ struct entry {
 	/* the key's newest record failed a check (dropped, counted): gets
 	 * say -KVS_ECORRUPT rather than -KVS_ENOTFOUND until a new put */
 	bool bad;
+	/* the key is deleted: @seg (once written) holds its tombstone, kept
+	 * while an older record of the key may remain in an older segment;
+	 * no DRAM copy, gets miss */
+	bool tomb;
+	/* a record of the key may be on disk (newest or superseded); with
+	 * @first_seg, the oldest segment that may hold one */
+	bool on_disk;
+	uint64_t first_seg;
 	struct list nlink; /* seg->records, or the NVMe ghost queue */
+	struct list tlink; /* store->tombs, while a tombstone is attached */
 };
 
 struct index {
@@ -505,6 +515,12 @@ struct kvs_store {
 	uint64_t next_seq;
 	uint64_t max_segs;
 	uint64_t nvme_objects, nvme_obj_bytes, nvme_file_bytes;
+	uint64_t nvme_tombstones;
+	struct list tombs; /* entries holding a tombstone */
+	/* the oldest segment that may hold a record of a key whose entry is
+	 * gone (freed after a failed write, say): tombstones are dropped
+	 * only once no segment from there on is older than theirs */
+	uint64_t stale_floor;
 	struct list nghost; /* NVMe ghosts, oldest at the tail */
 	uint64_t nghost_n;
 	struct list reservations; /* reserve.c, oldest last */
@@ -559,6 +575,19 @@ void nvme_attach(struct kvs_store *s, struct entry *e, struct segment *seg,
 		 uint64_t off, uint64_t seq);
 /* Forgets @e's NVMe record (as data, not as ghost). */
 void nvme_detach(struct kvs_store *s, struct entry *e);
+/* The oldest segment a record written from now on may land in (for the
+ * first_seg of an entry made now). */
+uint64_t nvme_first_seg(struct kvs_store *s);
+/* Whether the tombstone of @e in @seg may be dropped: no segment older
+ * than @seg that may hold an older record of its key remains. */
+bool nvme_tomb_droppable(struct kvs_store *s, const struct entry *e,
+			 const struct segment *seg);
+/* Frees @e, a tombstone no longer needed (its record detached). */
+void tomb_drop(struct kvs_store *s, struct entry *e);
+/* Drops the tombstones that hide no older record any more (after
+ * segments are deleted, and at open), so that they count as live bytes
+ * of their segments no longer. */
+void tombs_prune(struct kvs_store *s);
 /* 0 if @e's record is known whole, else reads it back and checks it:
  * 0, or the error (a record failing the check is dropped, counted). */
 int nvme_check_record(struct kvs_store *s, struct entry *e);
@@ -591,6 +620,17 @@ int store_put_batch(struct kvs_store *s, const uint8_t *const *objs,
 		    const size_t *lens, size_t n,
 		    enum kvs_durability durability, int *results,
 		    uint8_t **adopt, const int *adopt_cls);
+
+/* delete.c: takes the object of @key out of both tiers.  *@tomb: the
+ * entry (pinned by nobody, marked tomb) whose tombstone must now be
+ * written (its page stamped from the entry, then attached), or NULL when
+ * no record of the key can be on disk.  0, -KVS_ENOTFOUND or -ENOMEM. */
+int delete_prepare(struct kvs_store *s, const struct kvs_store_key *key,
+		   struct entry **tomb);
+/* The tombstone of @t could not be written (@err): logged, @t freed. */
+void delete_failed(struct kvs_store *s, struct entry *t, int err);
+/* 0, or why a delete at @durability is refused (logged). */
+int delete_check(struct kvs_store *s, enum kvs_durability durability);
 
 /* async.c: finishes the queued batches, stops the I/O thread. */
 void async_fini(struct kvs_store *s);

@@ -386,6 +386,8 @@ static void fsck_record(void *arg, const struct kvs_fsck_record *r)
 		kvs_cli_json_u64(j, "seq", r->seq);
 	}
 	kvs_cli_json_bool(j, "superseded", r->superseded);
+	if (r->tombstone)
+		kvs_cli_json_bool(j, "tombstone", true);
 	kvs_cli_json_object_end(j);
 }
 
@@ -420,6 +422,7 @@ static int store_fsck(int argc, char **argv, struct store_args *a, char **pos,
 			kvs_cli_json_u64(&j, "corrupt", rep.corrupt);
 			kvs_cli_json_u64(&j, "torn", rep.torn);
 			kvs_cli_json_u64(&j, "superseded", rep.superseded);
+			kvs_cli_json_u64(&j, "tombstones", rep.tombstones);
 			kvs_cli_json_u64(&j, "missing", rep.missing);
 			kvs_cli_json_u64(&j, "leftovers", rep.leftovers);
 			kvs_cli_json_u64(&j, "foreign", rep.foreign);
@@ -446,12 +449,12 @@ static int store_fsck(int argc, char **argv, struct store_args *a, char **pos,
 	if (err)
 		return kvs_cli_fail("store fsck", err, a->dir);
 	if (!a->json)
-		printf("%" PRIu64 " segments: %" PRIu64 " good, %" PRIu64
-		       " corrupt, %" PRIu64 " torn, %" PRIu64
-		       " missing, %" PRIu64 " superseded, %" PRIu64
-		       " leftovers%s%s%s\n",
-		       rep.segments, rep.good, rep.corrupt, rep.torn,
-		       rep.missing, rep.superseded, rep.leftovers,
+		printf("%" PRIu64 " segments: %" PRIu64 " good (%" PRIu64
+		       " tombstones), %" PRIu64 " corrupt, %" PRIu64
+		       " torn, %" PRIu64 " missing, %" PRIu64
+		       " superseded, %" PRIu64 " leftovers%s%s%s\n",
+		       rep.segments, rep.good, rep.tombstones, rep.corrupt,
+		       rep.torn, rep.missing, rep.superseded, rep.leftovers,
 		       rep.superblock_damaged ? "; superblock damaged" : "",
 		       rep.manifest_damaged ? "; manifest damaged" : "",
 		       a->repair && rep.repaired ? " (repaired)" : "");

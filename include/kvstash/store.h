@@ -52,7 +52,10 @@
 extern "C" {
 #endif
 
-#define KVS_STORE_FORMAT_VERSION 2 /* 1: no manifest, one superblock */
+/* 1: no manifest, one superblock; 2: no tombstones (deletes were not
+ * persistent); 3: tombstone records.  Older stores are read as they are
+ * and upgraded by the first writable open. */
+#define KVS_STORE_FORMAT_VERSION 3
 #define KVS_STORE_ALIGN 4096u /* record and I/O alignment */
 #define KVS_STORE_RECORD_HEADER 128u /* bytes before the object */
 /* Bytes of a segment that hold no record: its header page and, once it is
@@ -294,11 +297,25 @@ size_t kvs_store_lookup_prefix(struct kvs_store *store,
 			       size_t n_layers);
 
 /*
- * kvs_store_delete - remove the object of @key from both tiers: no later
- * get or lookup of this process finds it (a ref already taken stays
- * valid).  Not logged: a record still in a segment file returns at the
- * next open.  0 or -KVS_ENOTFOUND.
+ * kvs_store_delete_batch - delete the objects of @n keys from both
+ * tiers: no later get or lookup finds them (a ref already taken stays
+ * valid).  Where a record of a key may be on NVMe, the deletion is logged
+ * by a tombstone record, so it survives a restart as a put at the same
+ * level would: WRITTEN (MEMORY is raised to it: a tombstone is always
+ * written) survives kill -9, DURABLE (synced) power loss too.  results[i]
+ * is 0, -KVS_ENOTFOUND (nothing to delete: no tombstone), or the error of
+ * its tombstone (-EIO, -ENOSPC...: the object is gone from this process
+ * but may come back after a restart).  A key whose record failed a check
+ * (gets say -KVS_ECORRUPT) is deleted like any other.  Returns 0 (misses
+ * are not errors) or the first other error; -KVS_EPARAM for a level
+ * outside the enum, -EROFS on a read-only store (every result set).
  */
+int kvs_store_delete_batch(struct kvs_store *store,
+			   const struct kvs_store_key *keys, size_t n,
+			   enum kvs_durability durability, int *results);
+
+/* kvs_store_delete_batch of one key at WRITTEN: 0, -KVS_ENOTFOUND or the
+ * error. */
 int kvs_store_delete(struct kvs_store *store, const struct kvs_store_key *key);
 
 /* ---- asynchronous batches --------------------------------------------
@@ -402,6 +419,9 @@ struct kvs_store_stats {
 	 * kvs_store_fsck with KVS_FSCK_REPAIR acknowledges it */
 	uint64_t lost_segments;
 	uint64_t compactions; /* segments emptied of superseded records */
+	/* deletions held on NVMe (tombstone records kept while an older
+	 * record of their key may remain) */
+	uint64_t tombstones;
 	uint64_t segments;
 	uint64_t nvme_file_bytes; /* segment file bytes, headers and padding */
 	bool direct_io; /* O_DIRECT in use */
@@ -439,10 +459,12 @@ struct kvs_fsck_record {
 	enum kvs_fsck_status status;
 	const char *check; /* failed check, NULL when good */
 	bool superseded; /* good, but a newer record has its key */
+	bool tombstone; /* a deletion of the key (no object) */
 };
 
 struct kvs_fsck_report {
 	uint64_t segments, records, good, corrupt, torn, superseded;
+	uint64_t tombstones; /* good records that are tombstones */
 	uint64_t bad_segments; /* segment header unreadable */
 	uint64_t repaired_segments; /* rewritten by --repair */
 	uint64_t missing; /* KVS_FSCK_MISSING verdicts */

@@ -24,8 +24,10 @@
  * kept or not.
  *
  * Each writer mixes durable puts (single and batched), WRITTEN / MEMORY
- * puts, re-puts of the same bytes, a second version of some keys, gets
- * and syncs on a store of 3 segments of 256 KiB (half the puts go to a
+ * puts, re-puts of the same bytes, a second version of some keys,
+ * deletes at every level (a key deleted stays a miss after a kill, and
+ * after a power cut when the delete was DURABLE), gets and syncs on a
+ * store of 3 segments of 256 KiB (half the puts go to a
  * key put lately, by this writer or a killed one, so that the same bytes
  * are often put again across a kill; a writer after a killed one starts
  * with a durable re-put of the last key put WRITTEN, and half the time the
@@ -93,10 +95,14 @@ struct expected {
 	uint8_t want[NKEYS]; /* 1 + version owed after a power cut, or 0 */
 	uint8_t written[NKEYS]; /* 1 + version owed after a kill, or 0 */
 	uint8_t ever[NKEYS]; /* bit v: version v was put */
+	/* deleted, acknowledged DURABLE (a miss after a power cut) or
+	 * WRITTEN (a miss after a kill), and not put since */
+	uint8_t gone_want[NKEYS], gone_written[NKEYS];
 	int recent[8]; /* the last keys put, by any writer */
 	uint64_t nrecent; /* puts recorded there */
 	int lazy_key; /* the last key put WRITTEN (not DURABLE), or -1 */
 	uint64_t calls, ops, kills, clean_exits, kill_checks;
+	uint64_t gone_checks; /* deleted keys checked after a kill or cut */
 	uint32_t nregions;
 	struct region regions[MAX_REGIONS]; /* writes pending at the cut */
 };
@@ -188,6 +194,7 @@ static struct {
 	uint64_t want_seg[NKEYS], written_seg[NKEYS];
 	int last_ver[NKEYS]; /* version last put or found, -1 none */
 	uint8_t in_call[NKEYS]; /* bit v: the call under way puts version v */
+	uint8_t del_call[NKEYS]; /* the call under way deletes the key */
 	uint64_t unlinked[MAX_UNLINKED]; /* segments, by the call under way */
 	size_t nunlinked;
 } w;
@@ -214,8 +221,8 @@ static bool maybe_dropped(int k, uint8_t owed, uint64_t seq, uint64_t seg)
 	struct entry *e = w.store ? entry_of(k) : NULL;
 
 	return was_unlinked(seg) ||
-	       (w.store && (!e || !e->seg || e->seq != seq)) ||
-	       (w.in_call[k] & ~(1u << (owed - 1)));
+	       (w.store && (!e || !e->seg || e->tomb || e->seq != seq)) ||
+	       (w.in_call[k] & ~(1u << (owed - 1))) || w.del_call[k];
 }
 
 /* The writer stops (power cut or kill) inside a call: what is owed is
@@ -231,6 +238,9 @@ static void forget_dropped(void)
 		    maybe_dropped(k, sh->written[k], w.written_seq[k],
 				  w.written_seg[k]))
 			sh->written[k] = 0;
+		/* a put under way may have landed */
+		if (w.in_call[k])
+			sh->gone_want[k] = sh->gone_written[k] = 0;
 	}
 }
 
@@ -282,7 +292,7 @@ static void settle(const uint8_t *written, const uint8_t *durable, bool put)
 {
 	for (int k = 0; k < NKEYS; k++) {
 		struct entry *e = entry_of(k);
-		bool held = e && e->seg;
+		bool held = e && e->seg && !e->tomb;
 
 		if (sh->want[k] && (!held || e->seq != w.want_seq[k]))
 			sh->want[k] = 0;
@@ -303,6 +313,7 @@ static void settle(const uint8_t *written, const uint8_t *durable, bool put)
 		}
 	}
 	memset(w.in_call, 0, sizeof(w.in_call));
+	memset(w.del_call, 0, sizeof(w.del_call));
 	w.nunlinked = 0;
 }
 
@@ -340,6 +351,7 @@ static void put_call(uint64_t *rng, enum kvs_durability dur, unsigned n)
 			writer_fail("put of key %d failed: %s", k,
 				    kvs_strerror(res[i]));
 		w.last_ver[k] = vs[i];
+		sh->gone_want[k] = sh->gone_written[k] = 0;
 		sh->lazy_key = dur == KVS_DURABILITY_WRITTEN ? k : -1;
 		/* a later put of the same key in the batch wins */
 		written[k] = durable[k] = 0;
@@ -368,9 +380,52 @@ static void put_recent_durable(uint64_t *rng)
 	if (err)
 		writer_fail("put of key %d failed: %s", k, kvs_strerror(err));
 	w.last_ver[k] = v;
+	sh->gone_want[k] = sh->gone_written[k] = 0;
 	sh->lazy_key = -1;
 	written[k] = durable[k] = (uint8_t)(1 + v);
 	settle(written, durable, true);
+}
+
+/* Deletes one to three keys (half of them put lately): acknowledged, a
+ * key is a miss from then on, after a kill (any level: a tombstone is
+ * always written) and, DURABLE, after a power cut. */
+static void delete_call(uint64_t *rng, enum kvs_durability dur)
+{
+	uint8_t none[NKEYS] = { 0 };
+	struct kvs_store_key keys[3];
+	int ks[3], res[3];
+	unsigned n = 1 + (unsigned)(test_rand(rng) % 3);
+
+	for (unsigned i = 0; i < n; i++) {
+		if (sh->nrecent && test_rand(rng) % 2) {
+			uint64_t held = sh->nrecent < 8 ? sh->nrecent : 8;
+
+			ks[i] = sh->recent[test_rand(rng) % held];
+		} else {
+			ks[i] = (int)(test_rand(rng) % NKEYS);
+		}
+		keys[i] = pool[ks[i]][0].key;
+		w.del_call[ks[i]] = 1;
+	}
+	if (kvs_store_delete_batch(w.store, keys, n, dur, res))
+		writer_fail("delete: %s", kvs_strerror(res[0]));
+	for (unsigned i = 0; i < n; i++) {
+		int k = ks[i];
+
+		if (res[i] && res[i] != -KVS_ENOTFOUND)
+			writer_fail("delete of key %d: %s", k,
+				    kvs_strerror(res[i]));
+		w.last_ver[k] = -1;
+		if (res[i])
+			continue; /* nothing was there: nothing promised */
+		sh->written[k] = sh->want[k] = 0;
+		sh->gone_written[k] = 1;
+		if (dur == KVS_DURABILITY_DURABLE)
+			sh->gone_want[k] = 1;
+		if (sh->lazy_key == k)
+			sh->lazy_key = -1;
+	}
+	settle(none, none, false);
 }
 
 static void get_call(uint64_t *rng)
@@ -433,15 +488,20 @@ static void check_kill_promise(void)
 			writer_fail("key %d: acknowledged version %d, after "
 				    "the kill %d",
 				    k, sh->written[k] - 1, v);
+		if (sh->gone_written[k] && v >= 0)
+			writer_fail("key %d: deleted, version %d after the "
+				    "kill",
+				    k, v);
 		w.last_ver[k] = v;
 		e = entry_of(k);
 		if (sh->written[k] || sh->want[k]) {
-			if (!e || !e->seg)
+			if (!e || !e->seg || e->tomb)
 				writer_fail("key %d owed, no record", k);
 			w.written_seq[k] = w.want_seq[k] = e->seq;
 			w.written_seg[k] = w.want_seg[k] = e->seg->id;
 		}
 		sh->kill_checks += sh->written[k] != 0;
+		sh->gone_checks += sh->gone_written[k];
 	}
 }
 
@@ -487,13 +547,15 @@ static __attribute__((noreturn)) void writer(const char *dir, uint64_t seed,
 						   ? KVS_DURABILITY_MEMORY
 						   : KVS_DURABILITY_WRITTEN;
 
-		if (r < 40)
+		if (r < 36)
 			put_call(&rng, KVS_DURABILITY_DURABLE, 1);
-		else if (r < 60)
+		else if (r < 54)
 			put_call(&rng, lazy, 1);
-		else if (r < 75)
+		else if (r < 68)
 			put_call(&rng, r & 1 ? KVS_DURABILITY_DURABLE : lazy,
 				 2 + (unsigned)(test_rand(&rng) % 3));
+		else if (r < 76)
+			delete_call(&rng, (enum kvs_durability)(r % 3));
 		else if (r < 94)
 			get_call(&rng);
 		else
@@ -591,6 +653,11 @@ static void check_gets(struct kvs_store *s, uint8_t *found)
 			print_message("  key %d: wanted version %d, got %d\n",
 				      k, sh->want[k] - 1, v);
 		assert_true(!sh->want[k] || v + 1 == sh->want[k]);
+		if (sh->gone_want[k] && v >= 0)
+			print_message("  key %d: deleted durably, got %d\n", k,
+				      v);
+		assert_true(!sh->gone_want[k] || v < 0);
+		sh->gone_checks += sh->gone_want[k];
 		found[k] = (uint8_t)(v + 1);
 	}
 }
@@ -649,6 +716,7 @@ static void check_after_cut(const char *dir, uint64_t seed, bool repair)
 	k = (int)(test_rand(&rng) % NKEYS);
 	v = k % 4 == 0 && (rng & 1);
 	sh->ever[k] |= (uint8_t)(1u << v);
+	sh->gone_want[k] = sh->gone_written[k] = 0;
 	assert_int_equal(kvs_store_put(s, pool[k][v].obj, pool[k][v].len,
 				       KVS_DURABILITY_DURABLE, NULL),
 			 0);
@@ -662,6 +730,8 @@ static void check_after_cut(const char *dir, uint64_t seed, bool repair)
 	assert_int_equal(kvs_store_close(s), 0);
 	memcpy(sh->want, found, NKEYS);
 	memcpy(sh->written, found, NKEYS);
+	memset(sh->gone_want, 0, NKEYS);
+	memset(sh->gone_written, 0, NKEYS);
 }
 
 static void run_round(uint64_t seed, uint64_t *calls, uint64_t *kept)
@@ -750,12 +820,14 @@ static void test_powercut(void **state)
 	}
 	print_message("%d rounds, %.1f s: %llu calls, %llu writers killed "
 		      "(%llu blocks checked after a kill), %llu closed, "
-		      "%llu durable blocks checked after a power cut\n",
+		      "%llu durable blocks checked after a power cut, %llu "
+		      "deleted blocks checked missing\n",
 		      rounds, now_s() - t0, (unsigned long long)calls,
 		      (unsigned long long)sh->kills,
 		      (unsigned long long)sh->kill_checks,
 		      (unsigned long long)sh->clean_exits,
-		      (unsigned long long)kept);
+		      (unsigned long long)kept,
+		      (unsigned long long)sh->gone_checks);
 	assert_true(rounds >= (replay ? 1 : MIN_ROUNDS));
 	assert_true(kept > 0);
 	munmap(sh, sizeof(*sh));
