@@ -153,6 +153,59 @@ int kvs_store_delete_batch(struct kvs_store *store,
 	return first;
 }
 
+int kvs_store_delete_batch_async(struct kvs_store *store,
+				 const struct kvs_store_key *keys, size_t n,
+				 enum kvs_durability durability, int *results,
+				 kvs_store_done_fn done, void *arg)
+{
+	struct kvs_store *s = store;
+	struct store_async *a;
+	struct wbatch *w = NULL;
+	size_t staged = 0;
+	int err;
+
+	err = delete_check(s, durability);
+	if (err)
+		return refuse(results, n, err);
+	pthread_mutex_lock(&s->lock);
+	a = async_get(s, &err);
+	if (!async_has_ring(a)) {
+		pthread_mutex_unlock(&s->lock);
+		kvs_store_delete_batch(s, keys, n, durability, results);
+		return 1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct entry *t;
+
+		results[i] = delete_prepare(s, &keys[i], &t);
+		if (results[i] || !t)
+			continue;
+		if (!w)
+			w = wb_new(n,
+				   durability == KVS_DURABILITY_DURABLE
+					   ? KVS_DURABILITY_DURABLE
+					   : KVS_DURABILITY_WRITTEN,
+				   results, done, arg);
+		err = w ? wb_stage_tomb(s, w, i, t) : -ENOMEM;
+		if (err) {
+			results[i] = err;
+			delete_failed(s, t, err);
+			continue;
+		}
+		staged++;
+	}
+	if (!staged) {
+		/* nothing to log: done here */
+		pthread_mutex_unlock(&s->lock);
+		if (w)
+			wb_free(w);
+		return 1;
+	}
+	wb_go(s, w);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
 int kvs_store_delete(struct kvs_store *store, const struct kvs_store_key *key)
 {
 	int result, err;

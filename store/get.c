@@ -280,6 +280,295 @@ int kvs_store_get_batch(struct kvs_store *store,
 	return err;
 }
 
+/* ---- asynchronous gets ---------------------------------------------- */
+
+/* One NVMe read of an asynchronous get: where the record was when the
+ * read was prepared (the entry may move on while it is in flight). */
+struct aread {
+	struct aio io;
+	struct entry *e; /* pinned until finished */
+	uint8_t *buf;
+	bool in_dram;
+	struct segment *seg; /* its async_io counts this read */
+	uint64_t off, seq;
+	uint32_t len; /* object bytes */
+	size_t i;
+};
+
+struct get_batch {
+	struct abatch hdr;
+	struct kvs_store_ref **refs;
+	int *results;
+	struct aread *rd;
+	size_t left; /* reads not finished */
+};
+
+static void get_batch_release(struct abatch *b)
+{
+	struct get_batch *g = (struct get_batch *)b;
+
+	free(g->rd);
+	free(g);
+}
+
+/* Whether @r read what @e holds now (its record did not move or change
+ * while the read was in flight). */
+static bool still_current(const struct aread *r, const struct entry *e)
+{
+	return !e->tomb && e->seg == r->seg && e->off == r->off &&
+	       e->seq == r->seq && e->len == r->len;
+}
+
+/* The ref of a read that landed and checked: promoted into DRAM where it
+ * may be, else sharing the DRAM copy that appeared meanwhile, else a
+ * private copy.  Consumes the read's pin (a promoted ref keeps it). */
+static struct kvs_store_ref *aread_ref(struct kvs_store *s, struct aread *r,
+				       bool current)
+{
+	struct entry *e = r->e;
+	uint64_t rec = record_size(r->len);
+	struct kvs_store_ref *ref;
+	uint8_t *copy;
+
+	if (r->in_dram && current && !e->slot && e->in_index) {
+		ref = ref_new(s, e, NULL, r->buf, r->len);
+		if (!ref)
+			return NULL;
+		e->slot = r->buf;
+		e->cls = dram_class(&s->dram, rec);
+		dram_insert(s, e);
+		s->st.promotions++;
+		r->buf = NULL;
+		return ref;
+	}
+	if (r->in_dram && current && e->slot) {
+		/* the same record got a DRAM copy meanwhile: share it */
+		ref = ref_new(s, e, NULL, e->slot, r->len);
+		if (ref)
+			dram_hit(e);
+		return ref;
+	}
+	copy = r->buf;
+	if (r->in_dram) {
+		if (posix_memalign((void **)&copy, KVS_STORE_ALIGN, rec))
+			return NULL;
+		memcpy(copy, r->buf, rec);
+	}
+	ref = ref_new(s, NULL, copy, copy, r->len);
+	if (!ref) {
+		if (copy != r->buf)
+			free(copy);
+		return NULL;
+	}
+	if (copy == r->buf)
+		r->buf = NULL; /* the ref's now */
+	e->pins--;
+	entry_maybe_free(s, e);
+	return ref;
+}
+
+static void aread_done(struct kvs_store *s, struct aio *io)
+{
+	struct aread *r = (struct aread *)io;
+	struct get_batch *g = (struct get_batch *)io->batch;
+	struct entry *e = r->e;
+	bool current = still_current(r, e);
+	int res = io->req.res < 0			? io->req.res
+		  : io->req.res != (int32_t)io->req.len ? -EIO
+							: 0;
+
+	r->seg->async_io--;
+	if (res)
+		kvs_log(KVS_LOG_ERR, "store: read segment %llu: %s",
+			(unsigned long long)r->seg->id, kvs_strerror(res));
+	if (!res && current) {
+		/* a record that fails is dropped, counted, named a miss */
+		if (store_check_read(s, e, r->buf))
+			res = -KVS_ECORRUPT;
+	} else if (!res) {
+		/* the record of the key moved on: the bytes read are checked
+		 * as what was asked for then, and the entry left alone */
+		struct rec_header h;
+
+		if (record_verify(r->buf, record_size(r->len), &e->key,
+				  KVS_VERIFY_NO_CHECKSUMS, &h, NULL) ||
+		    h.seq != r->seq || h.length != r->len)
+			res = -KVS_ECORRUPT;
+	}
+	if (!res) {
+		if (current && e->nfreq < 3)
+			e->nfreq++;
+		g->refs[r->i] = aread_ref(s, r, current);
+		if (!g->refs[r->i])
+			res = -ENOMEM;
+	}
+	if (res) {
+		e->pins--;
+		entry_maybe_free(s, e);
+	}
+	if (r->buf && r->in_dram)
+		dram_free(&s->dram, r->buf,
+			  dram_class(&s->dram, record_size(r->len)));
+	else
+		free(r->buf);
+	r->buf = NULL;
+	g->results[r->i] = res;
+	if (res) {
+		s->st.misses++;
+	} else {
+		s->st.hits++;
+		s->st.nvme_hits++;
+	}
+	if (--g->left == 0)
+		async_finish(s, &g->hdr, 0);
+}
+
+/* Prepares the reads of @g (entries pinned, in @g->rd with their indexes)
+ * and queues them; lock held.  A read that cannot have a buffer is a
+ * failure of its item. */
+static void get_batch_queue(struct kvs_store *s, struct get_batch *g,
+			    size_t nrd)
+{
+	for (size_t k = 0; k < nrd; k++) {
+		struct aread *r = &g->rd[k];
+		uint64_t rec = record_size(r->e->len);
+		int cls = s->dram_on ? dram_class(&s->dram, rec) : -1;
+
+		r->buf = dram_make_room(s, cls);
+		r->in_dram = r->buf != NULL;
+		if (!r->buf &&
+		    posix_memalign((void **)&r->buf, KVS_STORE_ALIGN, rec))
+			r->buf = NULL;
+	}
+	/* locations are read only now: making room may have moved records */
+	for (size_t k = 0; k < nrd; k++) {
+		struct aread *r = &g->rd[k];
+		struct entry *e = r->e;
+
+		if (!r->buf || !e->seg || e->tomb) {
+			g->results[r->i] = !r->buf  ? -ENOMEM
+					   : e->bad ? -KVS_ECORRUPT
+						    : -KVS_ENOTFOUND;
+			s->st.misses++;
+			if (r->buf && r->in_dram)
+				dram_free(&s->dram, r->buf,
+					  dram_class(&s->dram,
+						     record_size(e->len)));
+			else
+				free(r->buf);
+			r->buf = NULL;
+			e->pins--;
+			entry_maybe_free(s, e);
+			g->left--;
+			continue;
+		}
+		r->seg = e->seg;
+		r->off = e->off;
+		r->seq = e->seq;
+		r->len = e->len;
+		r->seg->async_io++;
+		r->io.req = (struct kvs_store_io_req){
+			.op = KVS_STORE_IO_READ,
+			.fd = r->seg->fd,
+			.buf = r->buf,
+			.len = (uint32_t)record_size(r->len),
+			.off = r->off,
+			.buf_index = r->in_dram ? buf_index_of(s, r->buf) : -1,
+		};
+		r->io.complete = aread_done;
+		r->io.batch = &g->hdr;
+		async_queue(s, &r->io);
+	}
+	if (g->left == 0)
+		async_finish(s, &g->hdr, 0);
+}
+
+int kvs_store_get_batch_async(struct kvs_store *store,
+			      const struct kvs_store_key *keys, size_t n,
+			      struct kvs_store_ref **refs, int *results,
+			      kvs_store_done_fn done, void *arg)
+{
+	struct kvs_store *s = store;
+	struct get_batch *g = NULL;
+	struct store_async *a;
+	size_t nrd = 0;
+	int err;
+
+	pthread_mutex_lock(&s->lock);
+	a = async_get(s, &err);
+	if (!async_has_ring(a)) {
+		/* no ring (or no memory for the engine): served here */
+		pthread_mutex_unlock(&s->lock);
+		err = kvs_store_get_batch(s, keys, n, refs, results);
+		return err ? err : 1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct entry *e = index_find(&s->index, &keys[i]);
+
+		refs[i] = NULL;
+		results[i] = -KVS_ENOTFOUND;
+		if (e && e->slot) {
+			refs[i] = ref_new(s, e, NULL, e->slot, e->len);
+			if (!refs[i]) {
+				results[i] = -ENOMEM;
+				continue;
+			}
+			e->pins++;
+			dram_hit(e);
+			results[i] = 0;
+			s->st.hits++;
+			s->st.dram_hits++;
+			continue;
+		}
+		if (e && e->seg && !e->tomb) {
+			if (!g) {
+				g = calloc(1, sizeof(*g));
+				if (g)
+					g->rd = calloc(n, sizeof(*g->rd));
+				if (!g || !g->rd) {
+					if (g)
+						free(g);
+					g = NULL;
+					err = -ENOMEM;
+					break;
+				}
+			}
+			e->pins++;
+			g->rd[nrd].e = e;
+			g->rd[nrd++].i = i;
+			continue;
+		}
+		if (e && e->bad)
+			results[i] = -KVS_ECORRUPT;
+		s->st.misses++;
+	}
+	if (err) {
+		/* no memory: nothing is queued, nothing held */
+		pthread_mutex_unlock(&s->lock);
+		for (size_t i = 0; i < n; i++) {
+			kvs_store_ref_release(refs[i]);
+			refs[i] = NULL;
+			results[i] = -ENOMEM;
+		}
+		return -ENOMEM;
+	}
+	if (!g) {
+		pthread_mutex_unlock(&s->lock);
+		return 1; /* everything in DRAM or missing */
+	}
+	g->hdr.done = done;
+	g->hdr.arg = arg;
+	g->hdr.release = get_batch_release;
+	g->refs = refs;
+	g->results = results;
+	g->left = nrd;
+	async_begin(s, &g->hdr);
+	get_batch_queue(s, g, nrd);
+	async_turn(s);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
 int kvs_store_get(struct kvs_store *store, const struct kvs_store_key *key,
 		  struct kvs_store_ref **out)
 {

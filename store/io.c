@@ -1,10 +1,13 @@
 /*
  * io.c - the default I/O ops table: plain system calls (errors as -errno)
- * and an io_uring engine: start() queues and submits one read or write
- * (fixed, on a registered buffer, where the request names one),
+ * and an io_uring engine: start() queues and submits one read, write or
+ * sync (fixed, on a registered buffer, where the request names one),
  * complete() reaps completions; and io_run(), which runs a set of requests
  * with at most `depth` in flight on top of them.  Without liburing,
- * start() runs the request at once.
+ * start() runs the request at once.  A batching ring (the asynchronous
+ * batches') has start() only queue the request and submit() hand all of
+ * them to the kernel together; completions there are signalled on an
+ * eventfd registered with the ring.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +34,7 @@ struct kvs_store_ring {
 #endif
 	bool live; /* uring set up */
 	bool registered;
+	bool batching; /* start() queues, submit() submits */
 };
 
 static int sys_open(void *ctx, const char *path, int flags, mode_t mode)
@@ -175,9 +179,11 @@ static void run_sync(struct kvs_store_io_req *r)
 	if (r->op == KVS_STORE_IO_READ)
 		r->res = (int32_t)sys_pread(NULL, r->fd, r->buf, r->len,
 					    (off_t)r->off);
-	else
+	else if (r->op == KVS_STORE_IO_WRITE)
 		r->res = (int32_t)sys_pwrite(NULL, r->fd, r->buf, r->len,
 					     (off_t)r->off);
+	else
+		r->res = sys_fdatasync(NULL, r->fd);
 	r->done = true;
 }
 
@@ -197,7 +203,9 @@ static int sys_start(void *ctx, struct kvs_store_ring *ring,
 	if (!sqe)
 		return -EAGAIN;
 	fixed = ring->registered && r->buf_index >= 0;
-	if (r->op == KVS_STORE_IO_READ && fixed)
+	if (r->op == KVS_STORE_IO_SYNC)
+		io_uring_prep_fsync(sqe, r->fd, IORING_FSYNC_DATASYNC);
+	else if (r->op == KVS_STORE_IO_READ && fixed)
 		io_uring_prep_read_fixed(sqe, r->fd, r->buf, r->len, r->off,
 					 r->buf_index);
 	else if (r->op == KVS_STORE_IO_READ)
@@ -209,6 +217,8 @@ static int sys_start(void *ctx, struct kvs_store_ring *ring,
 		io_uring_prep_write(sqe, r->fd, r->buf, r->len, r->off);
 	io_uring_sqe_set_data(sqe, r);
 	r->done = false;
+	if (ring->batching)
+		return 0; /* submitted with the others by sys_submit */
 	do
 		ret = io_uring_submit(&ring->uring);
 	while (ret == -EINTR);
@@ -265,6 +275,45 @@ static int sys_complete(void *ctx, struct kvs_store_ring *ring, unsigned min)
 #endif
 }
 
+static int sys_submit(void *ctx, struct kvs_store_ring *ring)
+{
+#if KVS_HAVE_IO_URING
+	struct io_uring_sq *sq;
+	unsigned head, tail;
+	int ret;
+
+	if (!ring || !ring->live || !io_uring_sq_ready(&ring->uring))
+		return 0;
+	do
+		ret = io_uring_submit(&ring->uring);
+	while (ret == -EINTR);
+	if (ret >= 0)
+		return 0; /* what the kernel left goes with the next one */
+	/* Not submitted, yet still queued in the ring: the next submit would
+	 * run them against requests and buffers their callers free on this
+	 * error.  They become no-ops with no request behind them (their
+	 * completions are skipped), and their requests are done. */
+	sq = &ring->uring.sq;
+	head = io_uring_smp_load_acquire(sq->khead);
+	tail = sq->sqe_tail;
+	for (; head != tail; head++) {
+		struct io_uring_sqe *sqe = &sq->sqes[head & sq->ring_mask];
+		struct kvs_store_io_req *r =
+			(struct kvs_store_io_req *)(uintptr_t)sqe->user_data;
+
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data(sqe, NULL);
+		if (r) {
+			r->res = ret;
+			r->done = true;
+		}
+	}
+	return ret;
+#else
+	return 0;
+#endif
+}
+
 static const struct kvs_store_io_ops default_ops = {
 	.open = sys_open,
 	.close = sys_close,
@@ -285,6 +334,7 @@ static const struct kvs_store_io_ops default_ops = {
 	.seek_data = sys_seek_data,
 	.start = sys_start,
 	.complete = sys_complete,
+	.submit = sys_submit,
 	.ctx = NULL,
 };
 
@@ -318,6 +368,7 @@ void io_ops_fill(struct kvs_store_io_ops *out,
 	FILL(seek_data);
 	FILL(start);
 	FILL(complete);
+	FILL(submit);
 }
 
 #undef FILL
@@ -341,6 +392,26 @@ int ring_create(unsigned depth, struct kvs_store_ring **out)
 #else
 	return -ENOSYS;
 #endif
+}
+
+int ring_create_batching(unsigned depth, int event_fd,
+			 struct kvs_store_ring **out)
+{
+	struct kvs_store_ring *ring;
+	int err = ring_create(depth, &ring);
+
+	if (err)
+		return err;
+#if KVS_HAVE_IO_URING
+	err = io_uring_register_eventfd(&ring->uring, event_fd);
+	if (err) {
+		ring_destroy(ring);
+		return err;
+	}
+#endif
+	ring->batching = true;
+	*out = ring;
+	return 0;
 }
 
 void ring_destroy(struct kvs_store_ring *ring)

@@ -185,6 +185,13 @@ void seg_free(struct kvs_store *s, struct segment *seg)
 	free(seg);
 }
 
+struct segment *newest_seg(struct kvs_store *s)
+{
+	if (list_empty(&s->segments))
+		return NULL;
+	return list_entry(s->segments.next, struct segment, link);
+}
+
 struct segment *head_seg(struct kvs_store *s)
 {
 	if (list_empty(&s->segments))
@@ -350,8 +357,17 @@ static int read_record(struct kvs_store *s, struct segment *seg, uint64_t off,
 static int write_at(struct kvs_store *s, struct segment *seg, uint64_t off,
 		    uint8_t *image, uint64_t rec, int buf_index)
 {
-	return record_io(s, seg, KVS_STORE_IO_WRITE, off, image, rec,
-			 buf_index);
+	int err = record_io(s, seg, KVS_STORE_IO_WRITE, off, image, rec,
+			    buf_index);
+
+	seg_written(seg);
+	return err;
+}
+
+void seg_written(struct segment *seg)
+{
+	seg->dirty = true;
+	seg->wgen++;
 }
 
 int nvme_check_record(struct kvs_store *s, struct entry *e)
@@ -373,8 +389,7 @@ int nvme_check_record(struct kvs_store *s, struct entry *e)
 
 /* ---- appending ------------------------------------------------------- */
 
-static void stamp(struct kvs_store *s, struct entry *e, uint8_t *image,
-		  uint64_t seq)
+void record_stamp(struct entry *e, uint8_t *image, uint64_t seq)
 {
 	struct rec_header h = {
 		.flags = e->tomb ? REC_FLAG_TOMBSTONE : 0,
@@ -409,7 +424,7 @@ static int append(struct kvs_store *s, struct segment *head, struct entry *e,
 	if (s->next_seq > REC_SEQ_MAX)
 		return -EOVERFLOW;
 	seq = s->next_seq++;
-	stamp(s, e, image, seq);
+	record_stamp(e, image, seq);
 	head->size += rec;
 	s->nvme_file_bytes += rec;
 	head->dirty = true;
@@ -706,8 +721,8 @@ static size_t pick_victims(struct kvs_store *s, uint64_t short_bytes,
 
 		if (!by_count && freed >= short_bytes)
 			break;
-		if (seg->pending)
-			break; /* writes in flight: not before they finish */
+		if (seg->pending || seg->async_io)
+			break; /* I/O in flight: not before it finishes */
 		freed += seg_file_bytes(seg);
 		v[n++] = seg;
 	}
@@ -830,8 +845,8 @@ static void compact(struct kvs_store *s, uint64_t reserve)
 		struct segment *seg = list_entry(l, struct segment, link);
 		uint64_t log = seg->size - SEG_HEADER_SIZE;
 
-		if (seg == head || seg->pending || seg->sync_failed ||
-		    seg->live_bytes * 2 > log)
+		if (seg == head || seg->pending || seg->async_io ||
+		    seg->sync_failed || seg->live_bytes * 2 > log)
 			continue;
 		if (!best || seg->live_bytes * (best->size - SEG_HEADER_SIZE) <
 				     best->live_bytes * log)
@@ -859,6 +874,10 @@ int nvme_reserve(struct kvs_store *s, uint64_t rec, struct segment **seg,
 		kvs_log(KVS_LOG_ERR, "store: sequence numbers exhausted");
 		return -EOVERFLOW;
 	}
+	/* a roll waits for the writes in flight to the newest segment (the
+	 * asynchronous batches'): only it may hold writes a crash cuts */
+	if (!nvme_head_fits(s, rec) && newest_seg(s) && newest_seg(s)->pending)
+		async_drain_seg(s, newest_seg(s));
 	while (!nvme_head_fits(s, rec)) {
 		head = head_seg(s);
 		if (head)
@@ -909,7 +928,7 @@ int nvme_write_image(struct kvs_store *s, struct entry *e, uint8_t *image,
 	if (err)
 		goto unpin;
 	seq = s->next_seq++;
-	stamp(s, e, image, seq);
+	record_stamp(e, image, seq);
 	err = write_at(s, seg, off, image, rec, buf_index);
 	if (err) {
 		nvme_write_failed(s, seg, off, rec);

@@ -25,11 +25,13 @@ struct pending {
 	uint8_t *image;
 	bool owned;
 	bool kept; /* its bytes are on NVMe already: no write unless lost */
+	bool tomb; /* a tombstone (a delete's) */
 	bool started, finished;
 	size_t i; /* index in the batch */
 	struct segment *seg;
 	uint64_t off, seq;
 	struct kvs_store_io_req req;
+	struct aio io; /* the asynchronous batches' request */
 };
 
 /* An entry for @key to hold a new object: the existing one (its DRAM
@@ -217,6 +219,7 @@ static void reap(struct kvs_store *s, struct pending *p, size_t n, int *results)
 		    : q->req.res != (int32_t)q->req.len ? -EIO
 							: 0;
 		q->seg->pending--;
+		seg_written(q->seg);
 		if (r) {
 			if (!s->nospc_logged || r != -ENOSPC)
 				kvs_log(KVS_LOG_ERR,
@@ -323,6 +326,28 @@ static int refuse_batch(int *results, size_t n, int err)
 	return err;
 }
 
+int put_level(struct kvs_store *s, enum kvs_durability *dur)
+{
+	if ((int)*dur < KVS_DURABILITY_MEMORY ||
+	    (int)*dur > KVS_DURABILITY_DURABLE) {
+		kvs_log(KVS_LOG_ERR, "store: durability %d is not a level",
+			(int)*dur);
+		return -KVS_EPARAM;
+	}
+	if (s->read_only) {
+		kvs_log(KVS_LOG_ERR, "store: %s is open read-only", s->dir);
+		return -EROFS;
+	}
+	if (*dur < KVS_DURABILITY_WRITTEN &&
+	    (s->opts.write_through || !s->dram_on))
+		*dur = KVS_DURABILITY_WRITTEN;
+	if (*dur > KVS_DURABILITY_MEMORY && !s->nvme_on) {
+		kvs_log(KVS_LOG_ERR, "store: no NVMe tier for a written put");
+		return -KVS_EPARAM;
+	}
+	return 0;
+}
+
 int store_put_batch(struct kvs_store *s, const uint8_t *const *objs,
 		    const size_t *lens, size_t n,
 		    enum kvs_durability durability, int *results,
@@ -332,28 +357,12 @@ int store_put_batch(struct kvs_store *s, const uint8_t *const *objs,
 	size_t np = 0;
 	int first_err = 0, err;
 
-	if ((int)durability < KVS_DURABILITY_MEMORY ||
-	    (int)durability > KVS_DURABILITY_DURABLE) {
-		kvs_log(KVS_LOG_ERR, "store: durability %d is not a level",
-			(int)durability);
-		return refuse_batch(results, n, -KVS_EPARAM);
-	}
-	if (s->read_only) {
-		kvs_log(KVS_LOG_ERR, "store: %s is open read-only", s->dir);
-		return refuse_batch(results, n, -EROFS);
-	}
-	if (durability < KVS_DURABILITY_WRITTEN &&
-	    (s->opts.write_through || !s->dram_on))
-		durability = KVS_DURABILITY_WRITTEN;
-	if (durability > KVS_DURABILITY_MEMORY && !s->nvme_on) {
-		kvs_log(KVS_LOG_ERR, "store: no NVMe tier for a written put");
-		return refuse_batch(results, n, -KVS_EPARAM);
-	}
+	err = put_level(s, &durability);
+	if (err)
+		return refuse_batch(results, n, err);
 	p = calloc(n ? n : 1, sizeof(*p));
 	if (!p)
 		return refuse_batch(results, n, -ENOMEM);
-	if (!adopt)
-		pthread_mutex_lock(&s->lock);
 	for (size_t i = 0; i < n; i++) {
 		struct kvs_store_key key;
 
@@ -391,18 +400,383 @@ int store_put_batch(struct kvs_store *s, const uint8_t *const *objs,
 	for (size_t i = 0; i < n; i++)
 		if (results[i] && !first_err)
 			first_err = results[i];
-	if (!adopt)
-		pthread_mutex_unlock(&s->lock);
 	free(p);
 	return first_err;
+}
+
+/* ---- asynchronous write batches: puts, commits, deletes --------------- */
+
+enum wb_phase {
+	WB_WRITE, /* reserving and writing, in order */
+	WB_SYNC, /* DURABLE: syncing the segments written */
+};
+
+struct wsync {
+	struct aio io;
+	struct segment *seg; /* its async_io counts this sync */
+	uint64_t wgen; /* seg->wgen when the sync was queued */
+};
+
+struct wbatch {
+	struct abatch hdr;
+	enum kvs_durability durability;
+	bool deletes; /* misses are no errors */
+	int *results;
+	size_t n;
+	struct pending *p; /* what is written (or kept) */
+	size_t np, next; /* next to reserve and start */
+	unsigned writing; /* writes queued or in flight */
+	enum wb_phase phase;
+	struct wsync *syncs;
+	unsigned nsyncs, syncing;
+	int sync_err;
+};
+
+static void wb_release(struct abatch *b)
+{
+	struct wbatch *w = (struct wbatch *)b;
+
+	free(w->p);
+	free(w->syncs);
+	free(w);
+}
+
+static void wb_write_done(struct kvs_store *s, struct aio *io)
+{
+	struct pending *q =
+		(struct pending *)((char *)io - offsetof(struct pending, io));
+	struct wbatch *w = (struct wbatch *)io->batch;
+	struct segment *seg = q->seg;
+	int r = io->req.res < 0			      ? io->req.res
+		: io->req.res != (int32_t)io->req.len ? -EIO
+						      : 0;
+
+	seg->pending--;
+	seg_written(seg);
+	if (r) {
+		if (!s->nospc_logged || r != -ENOSPC)
+			kvs_log(KVS_LOG_ERR,
+				"store: write segment %llu at %llu: %s",
+				(unsigned long long)seg->id,
+				(unsigned long long)q->off, kvs_strerror(r));
+		s->nospc_logged |= r == -ENOSPC;
+		/* no hole left behind; the head takes no more */
+		nvme_write_failed(s, seg, q->off, io->req.len);
+		w->results[q->i] = r;
+		if (q->tomb) {
+			kvs_log(KVS_LOG_ERR,
+				"store: tombstone not written: the deleted "
+				"object may come back after a restart");
+			q->e->tomb = false;
+		}
+	} else {
+		seg->nrec++;
+		nvme_attach(s, q->e, seg, q->off, q->seq);
+		q->e->rec_checked = true;
+	}
+	release_pending(s, q);
+	if (!seg->pending)
+		async_head_drained(s);
+	if (--w->writing == 0)
+		async_runnable(s, &w->hdr);
+}
+
+static void wb_sync_done(struct kvs_store *s, struct aio *io)
+{
+	struct wsync *y = (struct wsync *)io;
+	struct wbatch *w = (struct wbatch *)io->batch;
+	struct segment *seg = y->seg;
+
+	seg->async_io--;
+	if (io->req.res < 0) {
+		/* as seg_sync: the file's state is unknown, never durable */
+		seg->sealed = true;
+		seg->sync_failed = true;
+		kvs_log(KVS_LOG_ERR, "store: fdatasync segment %llu: %s",
+			(unsigned long long)seg->id, kvs_strerror(io->req.res));
+		if (!w->sync_err)
+			w->sync_err = io->req.res;
+	} else {
+		/* what completed before the sync started is durable; a write
+		 * completed since keeps the segment dirty */
+		if (seg->wgen == y->wgen)
+			seg->dirty = false;
+		seg->unsynced = false;
+	}
+	if (--w->syncing == 0)
+		async_runnable(s, &w->hdr);
+}
+
+/* Reserves and queues the write of @q; false when the batch must wait
+ * for the head to drain first (a roll waits for the writes in flight). */
+static bool wb_start(struct kvs_store *s, struct wbatch *w, struct pending *q)
+{
+	uint64_t rec = record_size(q->e->len);
+	struct segment *newest = newest_seg(s);
+	int err;
+
+	if (!nvme_head_fits(s, rec) && newest && newest->pending) {
+		async_wait_head(s, &w->hdr);
+		return false;
+	}
+	err = nvme_reserve(s, rec, &q->seg, &q->off);
+	if (err) {
+		w->results[q->i] = err;
+		if (q->tomb) {
+			kvs_log(KVS_LOG_ERR,
+				"store: tombstone not written (%s): the "
+				"deleted object may come back after a restart",
+				kvs_strerror(err));
+			q->e->tomb = false;
+		}
+		release_pending(s, q);
+		return true;
+	}
+	q->seq = s->next_seq++;
+	record_stamp(q->e, q->image, q->seq);
+	q->seg->pending++;
+	q->started = true;
+	q->io.req = (struct kvs_store_io_req){
+		.op = KVS_STORE_IO_WRITE,
+		.fd = q->seg->fd,
+		.buf = q->image,
+		.len = (uint32_t)rec,
+		.off = q->off,
+		.buf_index = q->owned ? -1 : buf_index_of(s, q->image),
+	};
+	q->io.complete = wb_write_done;
+	q->io.batch = &w->hdr;
+	w->writing++;
+	async_queue(s, &q->io);
+	return true;
+}
+
+/* Queues a sync of every segment written since its last one; their
+ * number (0: nothing to sync), or -ENOMEM. */
+static int wb_syncs(struct kvs_store *s, struct wbatch *w)
+{
+	unsigned n = 0;
+	struct list *l;
+
+	for (l = s->segments.next; l != &s->segments; l = l->next) {
+		struct segment *seg = list_entry(l, struct segment, link);
+
+		n += seg->dirty && !seg->sync_failed;
+	}
+	if (!n)
+		return 0;
+	w->syncs = calloc(n, sizeof(*w->syncs));
+	if (!w->syncs)
+		return -ENOMEM;
+	for (l = s->segments.next; l != &s->segments; l = l->next) {
+		struct segment *seg = list_entry(l, struct segment, link);
+		struct wsync *y = &w->syncs[w->nsyncs];
+
+		if (!seg->dirty || seg->sync_failed)
+			continue;
+		y->seg = seg;
+		y->wgen = seg->wgen;
+		seg->async_io++;
+		y->io.req = (struct kvs_store_io_req){
+			.op = KVS_STORE_IO_SYNC,
+			.fd = seg->fd,
+			.buf_index = -1,
+		};
+		y->io.complete = wb_sync_done;
+		y->io.batch = &w->hdr;
+		w->nsyncs++;
+		w->syncing++;
+		async_queue(s, &y->io);
+	}
+	return (int)w->nsyncs;
+}
+
+/* The batch is over: its results, its callback. */
+static void wb_end(struct kvs_store *s, struct wbatch *w)
+{
+	int first = 0;
+
+	for (size_t i = 0; i < w->n; i++) {
+		int r = w->results[i];
+
+		if (w->sync_err && r == 0)
+			r = w->results[i] = w->sync_err;
+		if (r && !first && !(w->deletes && r == -KVS_ENOTFOUND))
+			first = r;
+	}
+	async_finish(s, &w->hdr, first);
+}
+
+static void wb_step(struct kvs_store *s, struct abatch *b)
+{
+	struct wbatch *w = (struct wbatch *)b;
+	bool again = false;
+	int n;
+
+	if (w->phase == WB_WRITE) {
+		for (; w->next < w->np; w->next++) {
+			struct pending *q = &w->p[w->next];
+
+			if (q->finished || q->kept)
+				continue;
+			if (!wb_start(s, w, q))
+				return;
+		}
+		if (w->writing)
+			return; /* their completions make it runnable */
+		/* kept records the batch itself reclaimed (a roll, a
+		 * spill) are written after all; a write may reclaim
+		 * again, so until none is left */
+		for (size_t k = 0; k < w->np; k++) {
+			struct pending *q = &w->p[k];
+
+			if (q->kept && !q->finished && !q->e->seg &&
+			    q->e->in_index) {
+				q->kept = false;
+				again = true;
+			}
+		}
+		if (again) {
+			w->next = 0;
+			async_runnable(s, b);
+			return;
+		}
+		for (size_t k = 0; k < w->np; k++)
+			if (w->p[k].kept && !w->p[k].finished)
+				release_pending(s, &w->p[k]);
+		w->phase = WB_SYNC;
+		if (w->durability == KVS_DURABILITY_DURABLE) {
+			n = wb_syncs(s, w);
+			if (n < 0)
+				w->sync_err = n;
+			if (n > 0)
+				return;
+		}
+	}
+	if (w->syncing)
+		return;
+	wb_end(s, w);
+}
+
+struct wbatch *wb_new(size_t n, enum kvs_durability dur, int *results,
+		      kvs_store_done_fn done, void *arg)
+{
+	struct wbatch *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return NULL;
+	w->p = calloc(n ? n : 1, sizeof(*w->p));
+	if (!w->p) {
+		free(w);
+		return NULL;
+	}
+	w->hdr.done = done;
+	w->hdr.arg = arg;
+	w->hdr.step = wb_step;
+	w->hdr.release = wb_release;
+	w->durability = dur;
+	w->results = results;
+	w->n = n;
+	return w;
+}
+
+void wb_free(struct wbatch *w)
+{
+	wb_release(&w->hdr);
+}
+
+void wb_stage(struct kvs_store *s, struct wbatch *w, size_t i,
+	      const uint8_t *obj, size_t len, uint8_t **adopt, int adopt_cls)
+{
+	struct pending *q = &w->p[w->np];
+	bool taken = false;
+
+	w->results[i] =
+		stage_one(s, obj, len, w->durability > KVS_DURABILITY_MEMORY, q,
+			  adopt ? *adopt : NULL, adopt_cls, &taken);
+	if (taken)
+		*adopt = NULL;
+	if (w->results[i] == 0 && q->e) {
+		q->i = i;
+		w->np++;
+	}
+}
+
+int wb_stage_tomb(struct kvs_store *s, struct wbatch *w, size_t i,
+		  struct entry *t)
+{
+	struct pending *q = &w->p[w->np];
+
+	if (posix_memalign((void **)&q->image, KVS_STORE_ALIGN,
+			   KVS_STORE_ALIGN))
+		return -ENOMEM;
+	memset(q->image, 0, KVS_STORE_ALIGN);
+	q->owned = true;
+	q->tomb = true;
+	q->e = t;
+	q->i = i;
+	t->pins++;
+	w->deletes = true;
+	w->np++;
+	return 0;
+}
+
+void wb_go(struct kvs_store *s, struct wbatch *w)
+{
+	async_begin(s, &w->hdr);
+	async_runnable(s, &w->hdr);
+	async_turn(s);
+}
+
+int kvs_store_put_batch_async(struct kvs_store *store,
+			      const uint8_t *const *objs, const size_t *lens,
+			      size_t n, enum kvs_durability durability,
+			      int *results, kvs_store_done_fn done, void *arg)
+{
+	struct kvs_store *s = store;
+	enum kvs_durability dur = durability;
+	struct store_async *a;
+	struct wbatch *w;
+	int err;
+
+	pthread_mutex_lock(&s->lock);
+	err = put_level(s, &dur);
+	if (err) {
+		pthread_mutex_unlock(&s->lock);
+		return refuse_batch(results, n, err);
+	}
+	a = async_get(s, &err);
+	if (dur == KVS_DURABILITY_MEMORY || !async_has_ring(a)) {
+		/* nothing for the device (a put over a deleted key aside),
+		 * or no ring: served here */
+		store_put_batch(s, objs, lens, n, durability, results, NULL,
+				NULL);
+		pthread_mutex_unlock(&s->lock);
+		return 1;
+	}
+	w = wb_new(n, dur, results, done, arg);
+	if (!w) {
+		pthread_mutex_unlock(&s->lock);
+		return refuse_batch(results, n, -ENOMEM);
+	}
+	for (size_t i = 0; i < n; i++)
+		wb_stage(s, w, i, objs[i], lens[i], NULL, -1);
+	wb_go(s, w);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
 }
 
 int kvs_store_put_batch(struct kvs_store *store, const uint8_t *const *objs,
 			const size_t *lens, size_t n,
 			enum kvs_durability durability, int *results)
 {
-	return store_put_batch(store, objs, lens, n, durability, results, NULL,
-			       NULL);
+	int err;
+
+	pthread_mutex_lock(&store->lock);
+	err = store_put_batch(store, objs, lens, n, durability, results, NULL,
+			      NULL);
+	pthread_mutex_unlock(&store->lock);
+	return err;
 }
 
 int kvs_store_put(struct kvs_store *store, const uint8_t *obj, size_t len,

@@ -187,6 +187,55 @@ int kvs_store_commit_batch(struct kvs_store *store,
 	return first;
 }
 
+int kvs_store_commit_batch_async(struct kvs_store *store,
+				 struct kvs_store_reservation *const *rs,
+				 size_t n, enum kvs_durability durability,
+				 int *results, kvs_store_done_fn done,
+				 void *arg)
+{
+	struct kvs_store *s = store;
+	enum kvs_durability dur = durability;
+	struct store_async *a;
+	struct wbatch *w = NULL;
+	int err, aerr;
+
+	pthread_mutex_lock(&s->lock);
+	err = put_level(s, &dur);
+	a = async_get(s, &aerr);
+	if (!err && dur > KVS_DURABILITY_MEMORY && async_has_ring(a))
+		w = wb_new(n, dur, results, done, arg);
+	if (!w) {
+		/* refused, nothing for the device (a put over a deleted key
+		 * aside), no ring, no memory: done here */
+		pthread_mutex_unlock(&s->lock);
+		kvs_store_commit_batch(s, rs, n, durability, results);
+		return 1;
+	}
+	reclaim_locked(s, mono_ns());
+	for (size_t i = 0; i < n; i++) {
+		struct kvs_store_reservation *r = rs[i];
+		uint8_t *slot = r->slot;
+
+		if (r->reclaimed) {
+			results[i] = -ETIMEDOUT;
+			continue;
+		}
+		list_del(&r->link);
+		r->reclaimed = true; /* the batch owns the slot now */
+		wb_stage(s, w, i, slot + REC_HEADER_SIZE, r->len, &slot,
+			 r->cls);
+		/* a slot no entry took (the object failed a check) goes
+		 * back to the arena */
+		if (slot)
+			dram_free(&s->dram, slot, r->cls);
+	}
+	wb_go(s, w);
+	pthread_mutex_unlock(&s->lock);
+	for (size_t i = 0; i < n; i++)
+		free(rs[i]);
+	return 0;
+}
+
 unsigned kvs_store_reclaim(struct kvs_store *store)
 {
 	unsigned n;

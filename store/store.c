@@ -110,13 +110,11 @@ static int settle_opts(struct kvs_store *s, const struct kvs_store_opts *o)
 	return 0;
 }
 
-static void register_arena(struct kvs_store *s)
+int arena_register(struct kvs_store *s, struct kvs_store_ring *ring)
 {
 	struct iovec iov[64];
 	unsigned n = 0;
 
-	if (!s->ring || !s->dram_on)
-		return;
 	for (uint64_t off = 0; off < s->dram.map_len && n < 64;
 	     off += REG_CHUNK) {
 		uint64_t left = s->dram.map_len - off;
@@ -124,7 +122,14 @@ static void register_arena(struct kvs_store *s)
 		iov[n].iov_base = s->dram.base + off;
 		iov[n++].iov_len = left < REG_CHUNK ? left : REG_CHUNK;
 	}
-	if (ring_register(s->ring, iov, n) == 0)
+	return ring_register(ring, iov, n);
+}
+
+static void register_arena(struct kvs_store *s)
+{
+	if (!s->ring || !s->dram_on)
+		return;
+	if (arena_register(s, s->ring) == 0)
 		s->registered = true;
 	else
 		kvs_log(KVS_LOG_INFO,

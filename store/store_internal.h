@@ -339,6 +339,10 @@ void io_ops_fill(struct kvs_store_io_ops *out,
 		 const struct kvs_store_io_ops *in);
 
 int ring_create(unsigned depth, struct kvs_store_ring **out);
+/* A ring whose start() only queues (submit() submits) and whose
+ * completions make @event_fd readable; 0 or -errno. */
+int ring_create_batching(unsigned depth, int event_fd,
+			 struct kvs_store_ring **out);
 void ring_destroy(struct kvs_store_ring *ring);
 /* Registers @n iovecs; 0 or -errno (the store then runs unregistered). */
 int ring_register(struct kvs_store_ring *ring, const struct iovec *iov,
@@ -482,6 +486,10 @@ struct segment {
 	bool footer_unsure; /* a footer an earlier process wrote that the
 			     * manifest does not vouch for yet: synced
 			     * before a manifest lists it as sealed */
+	uint32_t async_io; /* asynchronous reads and syncs in flight: the
+			    * segment is neither reclaimed nor compacted */
+	uint64_t wgen; /* record writes completed: a sync clears @dirty
+			* only if none completed since it started */
 };
 
 /* ---- the store (store.c) --------------------------------------------- */
@@ -595,6 +603,13 @@ int nvme_check_record(struct kvs_store *s, struct entry *e);
  * back if it was the last, and @seg takes no more records. */
 void nvme_write_failed(struct kvs_store *s, struct segment *seg, uint64_t off,
 		       uint64_t rec);
+/* A record write to @seg completed (or failed): a later sync must cover
+ * it (syncs that started before clear @dirty no more). */
+void seg_written(struct segment *seg);
+/* Stamps the record header of @e's record at @seq into @image. */
+void record_stamp(struct entry *e, uint8_t *image, uint64_t seq);
+/* The newest segment (the head, or the last one sealed), or NULL. */
+struct segment *newest_seg(struct kvs_store *s);
 /* Writes one record image synchronously to a fresh place. */
 int nvme_write_image(struct kvs_store *s, struct entry *e, uint8_t *image,
 		     int buf_index, enum kvs_durability dur);
@@ -612,14 +627,39 @@ struct segment *seg_new(struct kvs_store *s, uint64_t id, int fd,
 void seg_free(struct kvs_store *s, struct segment *seg);
 int buf_index_of(struct kvs_store *s, const uint8_t *p);
 
-/* store.c: the body of kvs_store_put_batch.  With @adopt (reserve.c),
- * called with the lock held: object i already sits in the DRAM slot
- * adopt[i] of class adopt_cls[i]; a slot that becomes its entry's is set
- * to NULL in @adopt, those left are still the caller's. */
+/* put.c: the body of kvs_store_put_batch, lock held.  With @adopt
+ * (reserve.c): object i already sits in the DRAM slot adopt[i] of class
+ * adopt_cls[i]; a slot that becomes its entry's is set to NULL in
+ * @adopt, those left are still the caller's. */
 int store_put_batch(struct kvs_store *s, const uint8_t *const *objs,
 		    const size_t *lens, size_t n,
 		    enum kvs_durability durability, int *results,
 		    uint8_t **adopt, const int *adopt_cls);
+
+/* put.c: the level a put at *@dur gets (raised by write-through, or
+ * without a DRAM tier), or why it is refused (logged). */
+int put_level(struct kvs_store *s, enum kvs_durability *dur);
+
+/* put.c: an asynchronous write batch (puts, commits, deletes): made for
+ * @n results at @dur (already settled by put_level), staged, then
+ * started by wb_go; NULL without memory. */
+struct wbatch;
+struct wbatch *wb_new(size_t n, enum kvs_durability dur, int *results,
+		      kvs_store_done_fn done, void *arg);
+/* Frees a batch wb_go did not start. */
+void wb_free(struct wbatch *w);
+/* Stages object @i (verified, copied or adopted from *@adopt of class
+ * @adopt_cls, entry pinned); results[i] set when it is refused or needs
+ * no write.  Lock held. */
+void wb_stage(struct kvs_store *s, struct wbatch *w, size_t i,
+	      const uint8_t *obj, size_t len, uint8_t **adopt, int adopt_cls);
+/* Stages the tombstone of @t (delete_prepare's) for result @i; 0 or
+ * -ENOMEM.  Lock held. */
+int wb_stage_tomb(struct kvs_store *s, struct wbatch *w, size_t i,
+		  struct entry *t);
+/* Starts @w: reservations, writes, syncs, then its callback.  Lock
+ * held. */
+void wb_go(struct kvs_store *s, struct wbatch *w);
 
 /* delete.c: takes the object of @key out of both tiers.  *@tomb: the
  * entry (pinned by nobody, marked tomb) whose tombstone must now be
@@ -632,8 +672,69 @@ void delete_failed(struct kvs_store *s, struct entry *t, int err);
 /* 0, or why a delete at @durability is refused (logged). */
 int delete_check(struct kvs_store *s, enum kvs_durability durability);
 
-/* async.c: finishes the queued batches, stops the I/O thread. */
+/* ---- the asynchronous engine (async.c) ------------------------------- */
+
+struct abatch;
+
+/* One device request of an asynchronous batch. */
+struct aio {
+	struct kvs_store_io_req req;
+	/* lock held: @req finished (res set).  May queue more requests and
+	 * make batches runnable, never reserve space (no roll here). */
+	void (*complete)(struct kvs_store *s, struct aio *io);
+	struct abatch *batch;
+	struct aio *next; /* waiting to start, or in flight */
+};
+
+/* An asynchronous batch, embedded in what each kind keeps. */
+struct abatch {
+	kvs_store_done_fn done;
+	void *arg;
+	int status;
+	/* lock held, at the engine's top level (an asynchronous call or
+	 * kvs_store_poll, never a roll's drain): goes on (reserves, queues
+	 * writes or syncs; a roll runs here) or finishes the batch */
+	void (*step)(struct kvs_store *s, struct abatch *b);
+	/* after the callback, without the lock: frees the batch */
+	void (*release)(struct abatch *b);
+	bool runnable;
+	struct abatch *next; /* runnable, waiting for the head, finished */
+};
+
+/* The engine of @s, made at the first use (lock held): its ring, or NULL
+ * when there is no io_uring (the calls then run synchronously); -ENOMEM
+ * through *@err. */
+struct store_async *async_get(struct kvs_store *s, int *err);
+/* Whether the engine has a ring (lock held). */
+bool async_has_ring(const struct store_async *a);
+/* Queues @io to start once fewer than queue_depth are in flight; lock
+ * held.  Nothing reaches the kernel before the next kvs_store_poll(). */
+void async_queue(struct kvs_store *s, struct aio *io);
+/* A batch was made: counted until it finishes; lock held. */
+void async_begin(struct kvs_store *s, struct abatch *b);
+/* @b is to be stepped at the engine's next top level; lock held. */
+void async_runnable(struct kvs_store *s, struct abatch *b);
+/* @b waits until no write is in flight to the newest segment (a roll
+ * waits for them); lock held. */
+void async_wait_head(struct kvs_store *s, struct abatch *b);
+/* The writes in flight to a segment all completed: the batches waiting
+ * for the head go on; lock held. */
+void async_head_drained(struct kvs_store *s);
+/* @b finished with @status: its callback runs at the next
+ * kvs_store_poll(); lock held. */
+void async_finish(struct kvs_store *s, struct abatch *b, int status);
+/* Starts what waits, collects what finished, steps what is runnable,
+ * until nothing moves; lock held, at the top level. */
+void async_turn(struct kvs_store *s);
+/* Completes the asynchronous writes in flight to @seg (before a roll);
+ * lock held.  Steps no batch. */
+void async_drain_seg(struct kvs_store *s, struct segment *seg);
+/* async.c: finishes every batch (callbacks included), frees the engine;
+ * without the lock. */
 void async_fini(struct kvs_store *s);
+/* store.c: registers the DRAM arena with @ring's fixed buffers; 0 or
+ * -errno. */
+int arena_register(struct kvs_store *s, struct kvs_store_ring *ring);
 
 /* reserve.c: forgets the reservations at close (the arena goes). */
 void reservations_fini(struct kvs_store *s);

@@ -209,9 +209,12 @@ int kvs_proto_request_check(const struct kvs_proto_frame *f,
 			       : -KVS_EPROTO;
 	case KVS_OP_LOOKUP:
 		return lookup_check(f, payload_len);
+	case KVS_OP_DELETE:
+		if (f->flags > 2) /* enum kvs_durability */
+			return -KVS_EPROTO;
+		/* fall through */
 	case KVS_OP_EXISTS:
 	case KVS_OP_GET:
-	case KVS_OP_DELETE:
 		err = batch_check(f, lim);
 		return err ? err : keys_check(f, payload_len);
 	case KVS_OP_PUT:

@@ -214,30 +214,6 @@ static void serve_exists(struct kvs_server *srv, struct srv_req *req)
 	finish(srv, req, r, true);
 }
 
-static void serve_delete(struct kvs_server *srv, struct srv_req *req)
-{
-	struct srv_reply *r = reply_new(req);
-
-	if (!r) {
-		finish(srv, req, NULL, false);
-		return;
-	}
-	frame_reply(r, req, 0, req->f.count,
-		    req->f.count * KVS_PROTO_ITEM_SIZE);
-	for (uint32_t i = 0; i < req->f.count; i++) {
-		struct kvs_proto_key wire;
-		struct kvs_store_key key;
-		int err;
-
-		req_key(req, i, &wire, &key);
-		err = kvs_store_delete(srv->opts.store, &key);
-		kvs_proto_item_encode(r->frame + KVS_PROTO_HEADER_SIZE +
-					      i * KVS_PROTO_ITEM_SIZE,
-				      (uint32_t)err);
-	}
-	finish(srv, req, r, true);
-}
-
 /* A get or put whose store batch may finish later (kvs_store_*_async). */
 struct batch_ctx {
 	struct kvs_server *srv;
@@ -338,12 +314,58 @@ static void serve_get(struct kvs_server *srv, struct srv_req *req)
 		goto oom;
 	for (uint32_t i = 0; i < n; i++)
 		req_key(req, i, &x->wire[i], &x->keys[i]);
-	/* objects in DRAM are served at once; NVMe reads go to the store's
-	 * I/O thread and the reply follows from the loop's kvs_store_poll */
+	/* objects in DRAM are served at once; NVMe reads are queued to the
+	 * store's ring, the reply follows from the loop's kvs_store_poll */
 	rc = kvs_store_get_batch_async(srv->opts.store, x->keys, n, r->refs,
 				       x->results, get_done, x);
 	if (rc != 0)
 		get_done(x, rc < 0 ? rc : 0);
+	return;
+oom:
+	if (x)
+		ctx_free(x);
+	finish(srv, req, r, false);
+}
+
+static void delete_done(void *arg, int status)
+{
+	struct batch_ctx *x = arg;
+
+	/* every item has its status, a refusal of the whole batch too */
+	frame_reply(x->r, x->req, 0, x->n, x->n * KVS_PROTO_ITEM_SIZE);
+	for (uint32_t i = 0; i < x->n; i++)
+		kvs_proto_item_encode(x->r->frame + KVS_PROTO_HEADER_SIZE +
+					      i * KVS_PROTO_ITEM_SIZE,
+				      (uint32_t)x->results[i]);
+	finish(x->srv, x->req, x->r, true);
+	ctx_free(x);
+}
+
+static void serve_delete(struct kvs_server *srv, struct srv_req *req)
+{
+	uint32_t n = req->f.count;
+	struct batch_ctx *x = calloc(1, sizeof(*x));
+	struct srv_reply *r = reply_new(req);
+	enum kvs_durability dur = req->f.flags;
+	int rc;
+
+	if (!x || !r)
+		goto oom;
+	*x = (struct batch_ctx){ .srv = srv, .req = req, .r = r, .n = n };
+	x->keys = malloc(n * sizeof(*x->keys));
+	x->wire = malloc(n * sizeof(*x->wire));
+	x->results = malloc(n * sizeof(*x->results));
+	if (!x->keys || !x->wire || !x->results)
+		goto oom;
+	for (uint32_t i = 0; i < n; i++)
+		req_key(req, i, &x->wire[i], &x->keys[i]);
+	if (dur < srv->opts.min_durability)
+		dur = srv->opts.min_durability;
+	/* a tombstone to write: the reply follows from kvs_store_poll */
+	rc = kvs_store_delete_batch_async(srv->opts.store, x->keys, n, dur,
+					  x->results, delete_done, x);
+	if (rc != 0)
+		delete_done(x, rc < 0 ? rc : 0);
 	return;
 oom:
 	if (x)
@@ -432,8 +454,8 @@ static void serve_put(struct kvs_server *srv, struct srv_req *req)
 		put_done(x, 0);
 		return;
 	}
-	/* memory durability is stored at once; writes go to the store's I/O
-	 * thread, the reply follows from the loop's kvs_store_poll */
+	/* memory durability is stored at once; writes are queued to the
+	 * store's ring, the reply follows from the loop's kvs_store_poll */
 	if (req->resv)
 		rc = kvs_store_commit_batch_async(srv->opts.store, x->rs, x->m,
 						  dur, x->res2, put_done, x);

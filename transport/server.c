@@ -9,8 +9,12 @@
  * connection closes once it is sent; a limit: an error reply, the
  * connection goes on), the payload is received -- rendezvous payloads
  * with ucp_am_recv_data_nbx -- and the request joins the ready queue,
- * which the loop serves between progress calls.  The loop sleeps on the
- * worker's event fd (ucp_worker_arm) and the stop eventfd, 100 ms at most.
+ * which the loop serves between progress calls.  Each turn ends with the
+ * store's (kvs_store_poll): the reads and writes the turn's requests
+ * queued go to the device in one submission, and the batches finished
+ * send their replies.  The loop sleeps on the worker's event fd
+ * (ucp_worker_arm), the store's (its ring's completions) and the stop
+ * eventfd, 100 ms at most.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -678,10 +682,11 @@ int kvs_server_run(struct kvs_server *srv)
 
 		while ((n = ucp_worker_progress(srv->ucx.worker)))
 			progressed += n;
-		/* store batches finished on its I/O thread: their replies */
-		progressed += kvs_store_poll(srv->opts.store);
 		served |= srv->ready != NULL;
 		serve_ready(srv);
+		/* the store's turn: this turn's reads and writes go to the
+		 * device together, finished batches send their replies */
+		progressed += kvs_store_poll(srv->opts.store);
 		reap_connections(srv, false);
 		if (progressed || served)
 			last_work = now_ns();
@@ -715,8 +720,8 @@ int kvs_server_run(struct kvs_server *srv)
 		kvs_ucx_wait(&srv->ucx, srv->store_fd, 1);
 		while (ucp_worker_progress(srv->ucx.worker))
 			;
-		kvs_store_poll(srv->opts.store);
 		serve_ready(srv);
+		kvs_store_poll(srv->opts.store);
 		reap_connections(srv, false);
 	}
 	reap_connections(srv, true);

@@ -82,9 +82,10 @@ enum kvs_durability {
 enum kvs_store_io_op {
 	KVS_STORE_IO_READ = 1,
 	KVS_STORE_IO_WRITE = 2,
+	KVS_STORE_IO_SYNC = 3, /* fdatasync of @fd (buf, len, off unused) */
 };
 
-/* One read or write.  @res and @done are set when it completes; the
+/* One read, write or sync.  @res and @done are set when it completes; the
  * request must stay in place until then. */
 struct kvs_store_io_req {
 	uint8_t op; /* enum kvs_store_io_op */
@@ -93,7 +94,7 @@ struct kvs_store_io_req {
 	uint32_t len;
 	uint64_t off;
 	int buf_index; /* registered buffer, or -1 */
-	int32_t res; /* out: bytes moved or -errno */
+	int32_t res; /* out: bytes moved (0 for a sync) or -errno */
 	bool done; /* out */
 };
 
@@ -105,13 +106,20 @@ struct kvs_store_ring; /* io_uring engine, opaque */
  * through @start and @complete: @start begins one request (the store keeps
  * at most queue_depth in flight) and returns 0 or -errno (then it did not
  * start); a request may also complete inside @start.  @complete waits for
- * at least @min started requests to finish, sets their res and done, and
- * returns how many finished.  Without io_uring @start runs the request at
- * once.  Directory housekeeping goes through it too: @mkdir (creating a
- * store), @open and @lock (the directory's flock), @list (finding
- * segments), @stat, @space (free bytes, before a segment is created) and
- * @seek_data (skipping holes).  A NULL member means the default's (tables
- * written before a member was added keep working).
+ * at least @min started requests to finish (0: none, it only collects
+ * what finished), sets their res and done, and returns how many finished.
+ * Without io_uring @start runs the request at once.  The asynchronous
+ * batches use a ring of their own on which @start only queues a request
+ * and @submit hands everything queued to the kernel in one system call
+ * (io_uring_submit), once per turn of the caller's event loop: 0, or
+ * -errno and then every request it held is done with that error and
+ * none reaches the kernel later.  They also sync through @start
+ * (KVS_STORE_IO_SYNC): a table that replaces @fdatasync to model a disk
+ * must handle those too.  Directory housekeeping goes through the table
+ * too: @mkdir (creating a store), @open and @lock (the directory's flock),
+ * @list (finding segments), @stat, @space (free bytes, before a segment is
+ * created) and @seek_data (skipping holes).  A NULL member means the
+ * default's (tables written before a member was added keep working).
  */
 struct kvs_store_io_ops {
 	int (*open)(void *ctx, const char *path, int flags, mode_t mode);
@@ -144,6 +152,7 @@ struct kvs_store_io_ops {
 	int (*start)(void *ctx, struct kvs_store_ring *ring,
 		     struct kvs_store_io_req *req);
 	int (*complete)(void *ctx, struct kvs_store_ring *ring, unsigned min);
+	int (*submit)(void *ctx, struct kvs_store_ring *ring);
 	void *ctx;
 };
 
@@ -323,14 +332,24 @@ int kvs_store_delete(struct kvs_store *store, const struct kvs_store_key *key);
  * For an event loop (the daemon's).  Each call takes the same arguments
  * as its synchronous form plus a callback.  A batch that needs no device
  * I/O (a get whose objects are all in DRAM or missing; a put or commit
- * at memory durability without write-through) is served inline: the call
- * returns 1, its results are set and @done is not called.  Any other is
- * queued to the store's I/O thread and the call returns 0; @done(@arg,
- * status) then runs later, on the thread that calls kvs_store_poll(),
- * with what the synchronous call would have returned.  Every array must
- * stay valid until then.  A negative return: nothing was queued.
- * Queued batches finish before kvs_store_close() returns (their
- * callbacks run inside it if nobody polled).
+ * at memory durability without write-through; a delete with nothing to
+ * log) is served inline: the call returns 1, its results are set and
+ * @done is not called.  Any other is prepared under the store's lock --
+ * index and DRAM state, pins, space in the head segment -- and its reads,
+ * writes and syncs become io_uring requests; the call returns 0 without
+ * waiting for the device.  The requests are submitted together by the
+ * next kvs_store_poll() (call it once per turn of the loop, after the
+ * turn's asynchronous calls) and their completions collected by later
+ * ones, when kvs_store_event_fd() is readable; @done(@arg, status) runs
+ * inside kvs_store_poll() with what the synchronous call would have
+ * returned.  Every array must stay valid until then.  No lock is held
+ * while the device works, so synchronous calls from other threads go on
+ * meanwhile (a roll of the head segment, a spill, the check of a record
+ * recovery did not read run synchronously, on the calling thread).  A
+ * negative return: the batch was refused whole (every result says why)
+ * and nothing was queued.  Batches not finished at kvs_store_close()
+ * finish there (their callbacks run inside it).  The asynchronous calls
+ * and kvs_store_poll() come from one thread at a time (the loop's).
  */
 typedef void (*kvs_store_done_fn)(void *arg, int status);
 
@@ -343,10 +362,21 @@ int kvs_store_put_batch_async(struct kvs_store *store,
 			      size_t n, enum kvs_durability durability,
 			      int *results, kvs_store_done_fn done, void *arg);
 
-/* Readable while completions wait for kvs_store_poll(); -1 without
+/* kvs_store_delete_batch in the asynchronous form: the tombstones are
+ * written (and, DURABLE, synced) by the engine. */
+int kvs_store_delete_batch_async(struct kvs_store *store,
+				 const struct kvs_store_key *keys, size_t n,
+				 enum kvs_durability durability, int *results,
+				 kvs_store_done_fn done, void *arg);
+
+/* Readable while completions wait for kvs_store_poll() (the eventfd
+ * registered with the asynchronous batches' io_uring); -1 without
  * memory.  Owned by the store. */
 int kvs_store_event_fd(struct kvs_store *store);
-/* Runs the callbacks of finished batches; returns how many. */
+/* One turn of the asynchronous engine: submits the requests queued since
+ * the last turn (one io_uring_submit), finishes the completions there
+ * are, and runs the callbacks of the batches that finished; returns how
+ * many.  Never waits for the device. */
 unsigned kvs_store_poll(struct kvs_store *store);
 
 /* ---- reserve-then-commit puts ---------------------------------------- */

@@ -379,14 +379,19 @@ static inline int fault_list(void *ctx, const char *dir,
 	return kvs_store_io_default()->list(NULL, dir, fn, arg);
 }
 
-/* Writes that a fault hits complete at once with the fault's result;
- * everything else goes to the real engine. */
+/* Writes that a fault hits complete at once with the fault's result, so
+ * do syncs (as fdatasync); everything else goes to the real engine. */
 static inline int fault_start(void *ctx, struct kvs_store_ring *ring,
 			      struct kvs_store_io_req *req)
 {
 	struct test_faults *f = ctx;
 	const struct kvs_store_io_ops *d = kvs_store_io_default();
 
+	if (req->op == KVS_STORE_IO_SYNC) {
+		req->res = fault_sync(ctx, req->fd);
+		req->done = true;
+		return 0;
+	}
 	if (req->op == KVS_STORE_IO_WRITE &&
 	    (f->fault == FAULT_FULL ||
 	     (f->fault != FAULT_SYNC_EIO && f->countdown == 0))) {
@@ -495,6 +500,8 @@ static inline int spy_start(void *ctx, struct kvs_store_ring *ring,
 		spy->reads++;
 		spy->read_bytes += req->len;
 	}
+	if (req->op == KVS_STORE_IO_SYNC)
+		spy->syncs++;
 	return kvs_store_io_default()->start(NULL, ring, req);
 }
 

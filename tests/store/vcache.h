@@ -502,13 +502,16 @@ static inline int vc_unlink(void *ctx, const char *path)
 	return 0;
 }
 
-/* Requests run at once: a read for real, a write through the model. */
+/* Requests run at once: a read for real, a write or sync through the
+ * model. */
 static inline int vc_start(void *ctx, struct kvs_store_ring *ring,
 			   struct kvs_store_io_req *req)
 {
 	if (req->op == KVS_STORE_IO_READ)
 		req->res = (int32_t)kvs_store_io_default()->pread(
 			NULL, req->fd, req->buf, req->len, (off_t)req->off);
+	else if (req->op == KVS_STORE_IO_SYNC)
+		req->res = vc_fsync(ctx, req->fd);
 	else
 		req->res = (int32_t)vc_pwrite(ctx, req->fd, req->buf, req->len,
 					      (off_t)req->off);
