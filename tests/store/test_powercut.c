@@ -27,7 +27,8 @@
  * puts, re-puts of the same bytes, a second version of some keys,
  * deletes at every level (a key deleted stays a miss after a kill, and
  * after a power cut when the delete was DURABLE), gets and syncs on a
- * store of 3 segments of 256 KiB (half the puts go to a
+ * store (a third of the puts and half the deletes through the
+ * asynchronous batches) of 3 segments of 256 KiB (half the puts go to a
  * key put lately, by this writer or a killed one, so that the same bytes
  * are often put again across a kill; a writer after a killed one starts
  * with a durable re-put of the last key put WRITTEN, and half the time the
@@ -317,6 +318,23 @@ static void settle(const uint8_t *written, const uint8_t *durable, bool put)
 	w.nunlinked = 0;
 }
 
+static void async_done(void *arg, int status)
+{
+	*(int *)arg = 1;
+}
+
+/* Runs an asynchronous batch to its end, as a loop would (the model's
+ * requests complete when they start): @rc is what its call returned. */
+static void async_wait(int rc, int *called)
+{
+	if (rc < 0)
+		writer_fail("asynchronous batch refused: %s", kvs_strerror(rc));
+	for (int i = 0; rc == 0 && !*called && i < 100000; i++)
+		kvs_store_poll(w.store);
+	if (rc == 0 && !*called)
+		writer_fail("asynchronous batch never finished");
+}
+
 static void put_call(uint64_t *rng, enum kvs_durability dur, unsigned n)
 {
 	const uint8_t *objs[4];
@@ -343,7 +361,17 @@ static void put_call(uint64_t *rng, enum kvs_durability dur, unsigned n)
 		w.in_call[ks[i]] |= (uint8_t)(1u << vs[i]);
 		sh->ever[ks[i]] |= (uint8_t)(1u << vs[i]);
 	}
-	kvs_store_put_batch(w.store, objs, lens, n, dur, res);
+	/* a third of them through the asynchronous engine */
+	if (test_rand(rng) % 3 == 0) {
+		int called = 0;
+
+		async_wait(kvs_store_put_batch_async(w.store, objs, lens, n,
+						     dur, res, async_done,
+						     &called),
+			   &called);
+	} else {
+		kvs_store_put_batch(w.store, objs, lens, n, dur, res);
+	}
 	for (unsigned i = 0; i < n; i++) {
 		int k = ks[i];
 
@@ -407,8 +435,16 @@ static void delete_call(uint64_t *rng, enum kvs_durability dur)
 		keys[i] = pool[ks[i]][0].key;
 		w.del_call[ks[i]] = 1;
 	}
-	if (kvs_store_delete_batch(w.store, keys, n, dur, res))
+	if (test_rand(rng) % 2) {
+		int called = 0;
+
+		async_wait(kvs_store_delete_batch_async(w.store, keys, n, dur,
+							res, async_done,
+							&called),
+			   &called);
+	} else if (kvs_store_delete_batch(w.store, keys, n, dur, res)) {
 		writer_fail("delete: %s", kvs_strerror(res[0]));
+	}
 	for (unsigned i = 0; i < n; i++) {
 		int k = ks[i];
 
