@@ -279,7 +279,7 @@ void async_drain_seg(struct kvs_store *s, struct segment *seg)
 {
 	struct store_async *a = s->async;
 
-	while (a && seg->pending) {
+	while (a && seg->apending) {
 		if (!a->ninflight && !a->wait_head) {
 			kvs_log(KVS_LOG_ERR,
 				"store: segment %llu waits for writes that "

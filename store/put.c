@@ -452,6 +452,7 @@ static void wb_write_done(struct kvs_store *s, struct aio *io)
 						      : 0;
 
 	seg->pending--;
+	seg->apending--;
 	seg_written(seg);
 	if (r) {
 		if (!s->nospc_logged || r != -ENOSPC)
@@ -475,7 +476,7 @@ static void wb_write_done(struct kvs_store *s, struct aio *io)
 		q->e->rec_checked = true;
 	}
 	release_pending(s, q);
-	if (!seg->pending)
+	if (!seg->apending)
 		async_head_drained(s);
 	if (--w->writing == 0)
 		async_runnable(s, &w->hdr);
@@ -515,7 +516,7 @@ static bool wb_start(struct kvs_store *s, struct wbatch *w, struct pending *q)
 	struct segment *newest = newest_seg(s);
 	int err;
 
-	if (!nvme_head_fits(s, rec) && newest && newest->pending) {
+	if (!nvme_head_fits(s, rec) && newest && newest->apending) {
 		async_wait_head(s, &w->hdr);
 		return false;
 	}
@@ -535,6 +536,7 @@ static bool wb_start(struct kvs_store *s, struct wbatch *w, struct pending *q)
 	q->seq = s->next_seq++;
 	record_stamp(q->e, q->image, q->seq);
 	q->seg->pending++;
+	q->seg->apending++;
 	q->started = true;
 	q->io.req = (struct kvs_store_io_req){
 		.op = KVS_STORE_IO_WRITE,

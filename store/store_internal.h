@@ -486,6 +486,7 @@ struct segment {
 	bool footer_unsure; /* a footer an earlier process wrote that the
 			     * manifest does not vouch for yet: synced
 			     * before a manifest lists it as sealed */
+	uint32_t apending; /* of @pending, the asynchronous batches' */
 	uint32_t async_io; /* asynchronous reads and syncs in flight: the
 			    * segment is neither reclaimed nor compacted */
 	uint64_t wgen; /* record writes completed: a sync clears @dirty
