@@ -13,7 +13,13 @@
  *   policy.c   S3-FIFO queues of the DRAM tier, ghost bookkeeping
  *   nvme.c     segments: create, append, seal, read, reclaim, compact
  *   recover.c  rebuild the index from the segments at open
- *   store.c    public API: open/close, put, get, lookup, stats
+ *   store.c    public API: options, keys, open/close
+ *   put.c      puts, synchronous and asynchronous (the write batches of
+ *              puts, commits and deletes)
+ *   get.c      gets (synchronous and asynchronous), lookup, stats
+ *   delete.c   deletes: tombstones
+ *   reserve.c  reserve-then-commit puts
+ *   async.c    the asynchronous engine: its ring, turns, callbacks
  *   fsck.c     offline check and repair
  */
 #ifndef KVSTASH_STORE_INTERNAL_H

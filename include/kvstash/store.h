@@ -32,10 +32,12 @@
  *                           directory entry was fsync()ed when it was
  *                           created): survives kill -9 and power loss.
  *
- * All functions are thread safe (one mutex per store); a reference returned
- * by a get pins its bytes until released, and the store cannot be closed
- * while one is held.  store/README.md ("Guarantees") states the promises
- * in full.
+ * All functions are thread safe (one mutex per store; the asynchronous
+ * batches hold it to prepare and to finish their I/O, never while the
+ * device works); a reference returned by a get pins its bytes until
+ * released, and the store cannot be closed while one is held.  Deletes
+ * are logged by tombstone records and kept at their level as puts are.
+ * store/README.md ("Guarantees") states the promises in full.
  */
 #ifndef KVSTASH_STORE_H
 #define KVSTASH_STORE_H
