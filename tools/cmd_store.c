@@ -1,11 +1,13 @@
 /*
- * cmd_store.c - `kvstash store put|get|stat|fsck` on a store directory,
+ * cmd_store.c - `kvstash store put|get|delete|stat|fsck` on a store
+ * directory,
  * through the embedded engine (include/kvstash/store.h).
  *
  * Every invocation is its own process: the DRAM tier lives only as long
  * as the command, the persistent state is the NVMe tier (segment files),
  * rebuilt at each open.  So `put` writes through to NVMe (at least
- * WRITTEN; with --durable, DURABLE before an id is printed), and `stat`
+ * WRITTEN; with --durable, DURABLE before an id is printed; `delete`
+ * alike, its tombstones), and `stat`
  * reports this process's counters, which start at open (recovery's
  * corrupt/torn drops included).  stat, get and fsck (without --repair)
  * open the store read-only: they create and change nothing (read-only
@@ -39,6 +41,7 @@ static const char store_usage[] =
 	"                         [--nvme-capacity BYTES] [--durable]\n"
 	"                         [--segment-size BYTES] BLOCK...\n"
 	"       kvstash store get --dir DIR ID --out FILE\n"
+	"       kvstash store delete --dir DIR [--durable] ID...\n"
 	"       kvstash store stat --dir DIR [--json]\n"
 	"       kvstash store fsck --dir DIR [--repair] [--json]\n"
 	"  every command: [--lock-timeout SECONDS] (default 30; 0: do not\n"
@@ -49,7 +52,10 @@ static const char store_usage[] =
 	"per block, in order; with --durable an id is printed only once its\n"
 	"block is on the device (fdatasync); put exits 1 if the ids cannot be\n"
 	"written to stdout.  get exits 3 on a miss (a block whose record\n"
-	"failed a check is a miss, said so).  stat, get and fsck change\n"
+	"failed a check is a miss, said so).  delete prints one line per id\n"
+	"(deleted, or not found: then it exits 3); a deletion survives a\n"
+	"restart (--durable: a power loss too, once printed).  stat, get\n"
+	"and fsck change\n"
 	"nothing.  fsck exits 1 when bad or missing records remain (run it\n"
 	"again with --repair to drop them).\n";
 
@@ -286,6 +292,60 @@ static int store_get(int argc, char **argv, struct store_args *a, char **pos,
 	return rc;
 }
 
+static int store_delete(int argc, char **argv, struct store_args *a, char **pos,
+			size_t n_pos)
+{
+	enum kvs_durability dur =
+		a->durable ? KVS_DURABILITY_DURABLE : KVS_DURABILITY_WRITTEN;
+	struct kvs_store_key *keys;
+	struct kvs_store *s;
+	int *res, rc = KVS_EXIT_OK;
+
+	if (n_pos == 0)
+		return kvs_cli_usage_error("store delete",
+					   "which ids? (ID missing)");
+	keys = calloc(n_pos, sizeof(*keys));
+	res = calloc(n_pos, sizeof(*res));
+	if (!keys || !res) {
+		free(keys);
+		free(res);
+		kvs_cli_error("store delete", "out of memory");
+		return KVS_EXIT_FAIL;
+	}
+	for (size_t i = 0; i < n_pos; i++)
+		if (kvs_store_key_parse(pos[i], &keys[i])) {
+			free(keys);
+			free(res);
+			return kvs_cli_usage_error("store delete",
+						   "'%s' is not an id", pos[i]);
+		}
+	if (open_store("store delete", a, true, &s)) {
+		free(keys);
+		free(res);
+		return KVS_EXIT_FAIL;
+	}
+	kvs_store_delete_batch(s, keys, n_pos, dur, res);
+	kvs_store_close(s);
+	for (size_t i = 0; i < n_pos; i++) {
+		if (res[i] && res[i] != -KVS_ENOTFOUND) {
+			kvs_cli_error("store delete", "%s: %s", pos[i],
+				      kvs_strerror(res[i]));
+			rc = KVS_EXIT_FAIL;
+			continue;
+		}
+		printf("%s %s\n", pos[i], res[i] ? "not found" : "deleted");
+		if (res[i] && rc == KVS_EXIT_OK)
+			rc = KVS_EXIT_NOTFOUND;
+	}
+	if (fflush(stdout) || ferror(stdout)) {
+		kvs_cli_error("store delete", "cannot write to stdout");
+		rc = KVS_EXIT_FAIL;
+	}
+	free(keys);
+	free(res);
+	return rc;
+}
+
 static void tier_json(struct kvs_cli_json *j, const char *name,
 		      const struct kvs_store_tier_stats *t)
 {
@@ -471,9 +531,8 @@ int kvs_cmd_store(int argc, char **argv)
 		int (*run)(int argc, char **argv, struct store_args *a,
 			   char **pos, size_t n_pos);
 	} subs[] = {
-		{ "put", store_put },
-		{ "get", store_get },
-		{ "stat", store_stat },
+		{ "put", store_put },	    { "get", store_get },
+		{ "delete", store_delete }, { "stat", store_stat },
 		{ "fsck", store_fsck },
 	};
 	struct store_args a = { .dram = 64ull << 20, .lock_timeout = 30 };
@@ -522,5 +581,5 @@ int kvs_cmd_store(int argc, char **argv)
 		return kvs_cli_usage_error("store", "unknown subcommand '%s'",
 					   argv[1]);
 	return kvs_cli_usage_error("store", "which subcommand? put, get, "
-					    "stat or fsck");
+					    "delete, stat or fsck");
 }

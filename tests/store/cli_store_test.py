@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Integration test of `kvstash store put|get|stat|fsck`.
+"""Integration test of `kvstash store put|get|delete|stat|fsck`.
 
 cli_store_test.py KVSTASH WORKDIR: packs a few small blocks with
 `kvstash block pack`, stores them across separate processes, reads them
@@ -7,7 +7,8 @@ back byte-identical, checks stat and fsck output, damages a record and
 checks that it becomes a miss, that fsck names it and --repair drops it;
 a corrupt record is named so by get and fsck; garbage after the newest
 segment's log end (a torn tail): stat counts it and changes nothing, the
-next writer cuts it; a held lock makes a command give up after
+next writer cuts it; a delete holds across processes and fsck names its
+tombstone; a held lock makes a command give up after
 --lock-timeout naming the holder; stat and get create nothing.
 Then the command line's conventions: exit 3 for a miss only, one stderr
 line per failure, usage errors with a hint, sizes, and a failed write of
@@ -283,6 +284,30 @@ def main():
         for i in (0, 1, 3, 4, 5):
             run(kvstash, "store", "get", "--dir", st, ids[i], "--out",
                 os.path.join(tmp, "x"), expect=0)
+
+        # delete: one line per id, exit 3 for a miss; the deletion holds
+        # across processes, fsck names its tombstone
+        rc, out, _ = run(kvstash, "store", "delete", "--dir", st,
+                         "--durable", ids[3], "0" * 64 + ":0")
+        check(rc == 3 and out == "%s deleted\n%s not found\n" %
+              (ids[3], "0" * 64 + ":0"), "delete: %d %r" % (rc, out))
+        rc, _, _ = run(kvstash, "store", "get", "--dir", st, ids[3],
+                       "--out", os.path.join(tmp, "x"))
+        check(rc == 3, "deleted block served (exit %d)" % rc)
+        rc, out, _ = run(kvstash, "store", "delete", "--dir", st, ids[3])
+        check(rc == 3 and out == ids[3] + " not found\n",
+              "second delete: %d %r" % (rc, out))
+        _, out, _ = run(kvstash, "store", "fsck", "--dir", st, "--json",
+                        expect=0)
+        f = json.loads(out)
+        check(f["tombstones"] == 1 and
+              sum(1 for r in f["records"] if r.get("tombstone")) == 1,
+              "fsck tombstones: %r" % f)
+        rc, _, _ = run(kvstash, "store", "delete", "--dir", st, "zz")
+        check(rc == 2, "delete of a bad id: exit %d" % rc)
+        run(kvstash, "store", "put", "--dir", st, blocks[3], expect=0)
+        run(kvstash, "store", "get", "--dir", st, ids[3], "--out",
+            os.path.join(tmp, "x"), expect=0)
 
         # another process holds the store (a writer stopped, say): a
         # command gives up after --lock-timeout, naming it
