@@ -64,6 +64,23 @@ static struct kvs_store_ref *ref_new(struct kvs_store *s, struct entry *pin,
 	return ref;
 }
 
+/* A get of @e served from its DRAM copy: *@ref pins it, *@result is 0
+ * (or -ENOMEM, no ref). */
+static void dram_ref(struct kvs_store *s, struct entry *e,
+		     struct kvs_store_ref **ref, int *result)
+{
+	*ref = ref_new(s, e, NULL, e->slot, e->len);
+	if (!*ref) {
+		*result = -ENOMEM;
+		return;
+	}
+	e->pins++;
+	dram_hit(e);
+	*result = 0;
+	s->st.hits++;
+	s->st.dram_hits++;
+}
+
 struct nvme_read {
 	struct entry *e; /* pinned until finished */
 	uint8_t *buf;
@@ -253,16 +270,7 @@ int kvs_store_get_batch(struct kvs_store *store,
 		refs[i] = NULL;
 		results[i] = -KVS_ENOTFOUND;
 		if (e && e->slot) {
-			refs[i] = ref_new(s, e, NULL, e->slot, e->len);
-			if (!refs[i]) {
-				results[i] = -ENOMEM;
-				continue;
-			}
-			e->pins++;
-			dram_hit(e);
-			results[i] = 0;
-			s->st.hits++;
-			s->st.dram_hits++;
+			dram_ref(s, e, &refs[i], &results[i]);
 		} else if (e && e->seg && !e->tomb) {
 			e->pins++;
 			rd[nrd].e = e;
@@ -508,16 +516,7 @@ int kvs_store_get_batch_async(struct kvs_store *store,
 		refs[i] = NULL;
 		results[i] = -KVS_ENOTFOUND;
 		if (e && e->slot) {
-			refs[i] = ref_new(s, e, NULL, e->slot, e->len);
-			if (!refs[i]) {
-				results[i] = -ENOMEM;
-				continue;
-			}
-			e->pins++;
-			dram_hit(e);
-			results[i] = 0;
-			s->st.hits++;
-			s->st.dram_hits++;
+			dram_ref(s, e, &refs[i], &results[i]);
 			continue;
 		}
 		if (e && e->seg && !e->tomb) {

@@ -876,8 +876,7 @@ int nvme_reserve(struct kvs_store *s, uint64_t rec, struct segment **seg,
 	}
 	/* a roll waits for the writes in flight to the newest segment (the
 	 * asynchronous batches'): only it may hold writes a crash cuts */
-	if (!nvme_head_fits(s, rec) && newest_seg(s) &&
-	    newest_seg(s)->apending)
+	if (!nvme_head_fits(s, rec) && newest_seg(s) && newest_seg(s)->apending)
 		async_drain_seg(s, newest_seg(s));
 	while (!nvme_head_fits(s, rec)) {
 		head = head_seg(s);

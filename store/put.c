@@ -251,6 +251,20 @@ static void drain(struct kvs_store *s, struct pending *p, size_t n,
 	reap(s, p, n, results);
 }
 
+/* The write of @q's record (@rec bytes) at its reserved place. */
+static void write_req(struct kvs_store *s, const struct pending *q,
+		      uint64_t rec, struct kvs_store_io_req *req)
+{
+	*req = (struct kvs_store_io_req){
+		.op = KVS_STORE_IO_WRITE,
+		.fd = q->seg->fd,
+		.buf = q->image,
+		.len = (uint32_t)rec,
+		.off = q->off,
+		.buf_index = q->owned ? -1 : buf_index_of(s, q->image),
+	};
+}
+
 /* Reserves the record of p[k] and starts its write, keeping at most
  * queue_depth in flight; writes in flight are drained before a roll. */
 static void start_write(struct kvs_store *s, struct pending *p, size_t k,
@@ -275,14 +289,7 @@ static void start_write(struct kvs_store *s, struct pending *p, size_t k,
 	}
 	q->seq = h.seq = s->next_seq++;
 	rec_header_encode(&h, q->image);
-	q->req = (struct kvs_store_io_req){
-		.op = KVS_STORE_IO_WRITE,
-		.fd = q->seg->fd,
-		.buf = q->image,
-		.len = (uint32_t)rec,
-		.off = q->off,
-		.buf_index = q->owned ? -1 : buf_index_of(s, q->image),
-	};
+	write_req(s, q, rec, &q->req);
 	while (s->inflight >= s->opts.queue_depth && io_wait(s, 1) == 0)
 		reap(s, p, k, results);
 	q->seg->pending++;
@@ -538,14 +545,7 @@ static bool wb_start(struct kvs_store *s, struct wbatch *w, struct pending *q)
 	q->seg->pending++;
 	q->seg->apending++;
 	q->started = true;
-	q->io.req = (struct kvs_store_io_req){
-		.op = KVS_STORE_IO_WRITE,
-		.fd = q->seg->fd,
-		.buf = q->image,
-		.len = (uint32_t)rec,
-		.off = q->off,
-		.buf_index = q->owned ? -1 : buf_index_of(s, q->image),
-	};
+	write_req(s, q, rec, &q->io.req);
 	q->io.complete = wb_write_done;
 	q->io.batch = &w->hdr;
 	w->writing++;

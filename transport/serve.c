@@ -327,11 +327,10 @@ oom:
 	finish(srv, req, r, false);
 }
 
-static void delete_done(void *arg, int status)
+/* Replies with one status item per request item (x->results), ends the
+ * request and frees @x. */
+static void reply_items(struct batch_ctx *x)
 {
-	struct batch_ctx *x = arg;
-
-	/* every item has its status, a refusal of the whole batch too */
 	frame_reply(x->r, x->req, 0, x->n, x->n * KVS_PROTO_ITEM_SIZE);
 	for (uint32_t i = 0; i < x->n; i++)
 		kvs_proto_item_encode(x->r->frame + KVS_PROTO_HEADER_SIZE +
@@ -339,6 +338,12 @@ static void delete_done(void *arg, int status)
 				      (uint32_t)x->results[i]);
 	finish(x->srv, x->req, x->r, true);
 	ctx_free(x);
+}
+
+static void delete_done(void *arg, int status)
+{
+	/* every item has its status, a refusal of the whole batch too */
+	reply_items(arg);
 }
 
 static void serve_delete(struct kvs_server *srv, struct srv_req *req)
@@ -394,17 +399,10 @@ static int put_rekey(const struct srv_tenant *t, uint8_t *obj, size_t len,
 static void put_done(void *arg, int status)
 {
 	struct batch_ctx *x = arg;
-	uint32_t n = x->n;
 
 	for (size_t k = 0; k < x->m; k++)
 		x->results[x->idx[k]] = x->res2[k] == 1 ? status : x->res2[k];
-	frame_reply(x->r, x->req, 0, n, n * KVS_PROTO_ITEM_SIZE);
-	for (uint32_t i = 0; i < n; i++)
-		kvs_proto_item_encode(x->r->frame + KVS_PROTO_HEADER_SIZE +
-					      i * KVS_PROTO_ITEM_SIZE,
-				      (uint32_t)x->results[i]);
-	finish(x->srv, x->req, x->r, true);
-	ctx_free(x);
+	reply_items(x);
 }
 
 static void serve_put(struct kvs_server *srv, struct srv_req *req)
