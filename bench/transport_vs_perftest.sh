@@ -15,7 +15,12 @@
 #                                     kvstash's endpoints; the block size and
 #                                     the batch size as message sizes)
 # and prints the medians and kvstash's GB/s as a ratio of ucx_perftest's.
-# ucx_perftest's MB/s are MiB/s (converted to GB/s here).
+# ucx_perftest's MB/s are MiB/s (converted to GB/s here); a ucx_perftest
+# pair that has not finished in PERFTEST_TIMEOUT seconds (default 60) is
+# stopped and counts as no figure.  KVSTASHD_DRAM sets the daemon's DRAM
+# tier (default 512M) and KVSTASHD_FLAGS adds flags to it (e.g.
+# KVSTASHD_DRAM=16M KVSTASHD_FLAGS="--durability written": puts written
+# through to the store's device, gets partly from it).
 set -eu
 cd "$(dirname "$0")/.."
 build=${1:-build-ci}
@@ -56,11 +61,14 @@ perftest() {
 	else
 		unset UCX_MM_ERROR_HANDLING
 	fi
-	ucx_perftest -p "$p" -e >/dev/null 2>&1 &
+	timeout "${PERFTEST_TIMEOUT:-60}" ucx_perftest -p "$p" -e \
+		>/dev/null 2>&1 &
 	srv=$!
 	sleep 0.3
-	ucx_perftest 127.0.0.1 -p "$p" -e -t ucp_am_bw -s "$2" -n "$3" \
-		-w 100 2>/dev/null | awk '/^Final:/ { print $6 }'
+	timeout "${PERFTEST_TIMEOUT:-60}" ucx_perftest 127.0.0.1 -p "$p" -e \
+		-t ucp_am_bw -s "$2" -n "$3" -w 100 2>/dev/null |
+		awk '/^Final:/ { print $6 }'
+	kill "$srv" 2>/dev/null || true
 	wait "$srv" 2>/dev/null || true
 	unset UCX_MM_ERROR_HANDLING
 }
@@ -72,9 +80,9 @@ for mode in tcp shm; do
 	[ "$mode" = shm ] && flag="--shared-memory"
 	rm -rf "$tmp/store" "$tmp/ready"
 	"$kvstashd" --listen 127.0.0.1:0 --dir "$tmp/store" \
-		--auth-key-file "$tmp/keys" --dram-capacity 512M \
+		--auth-key-file "$tmp/keys" --dram-capacity "${KVSTASHD_DRAM:-512M}" \
 		--nvme-capacity 1G --ready-file "$tmp/ready" --log-level warn \
-		$flag 2>"$tmp/kvstashd.log" &
+		$flag ${KVSTASHD_FLAGS:-} 2>"$tmp/kvstashd.log" &
 	daemon=$!
 	i=0
 	while [ ! -s "$tmp/ready" ]; do
@@ -109,8 +117,10 @@ for mode, what in (("tcp", "TCP loopback (the default)"),
                 ours.setdefault((res["phase"], res["threads"]), []).append(res)
         with open(os.path.join(tmp, "perftest.%s.%d" % (mode, r))) as f:
             vals = [float(v) * 1048576 / 1e9 for v in f.read().split()]
-        for k, v in zip(("block", "batch"), vals):
-            pt[k].append(v)
+        # a pair stopped by its timeout left no figure
+        if len(vals) == 2:
+            for k, v in zip(("block", "batch"), vals):
+                pt[k].append(v)
     med = {k: statistics.median(v) for k, v in pt.items() if v}
     print("%s: ucx_perftest -t ucp_am_bw -e (median of %d): 96 KiB "
           "%.2f GB/s, 3 MiB %.2f GB/s" % (what, runs, med.get("block", 0),
