@@ -226,8 +226,10 @@ static void progress(struct kvs_store *s, bool wait)
 		 * table without a ring) raises no completion to wait for */
 		for (io = a->inflight; wait && io; io = io->next)
 			wait = !io->req.done;
-		if (wait && a->ninflight) {
-			s->io->submit(s->io->ctx, a->ring);
+		/* a refused submit completes its requests itself (with
+		 * the error): nothing then to wait for */
+		if (wait && a->ninflight &&
+		    s->io->submit(s->io->ctx, a->ring) == 0) {
 			n = s->io->complete(s->io->ctx, a->ring, 1);
 		} else {
 			n = s->io->complete(s->io->ctx, a->ring, 0);

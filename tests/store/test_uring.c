@@ -20,6 +20,7 @@
 
 #include "kvs_config.h"
 #include "kvstash/log.h"
+#include "store_internal.h"
 #include "store_test.h"
 
 #if KVS_HAVE_IO_URING
@@ -211,11 +212,64 @@ static void test_failed_async_submit(void **state)
 	test_rmdir(dir);
 }
 
+/* A roll that must first finish the asynchronous writes queued to the
+ * head, whose submission fails: they fail (their batch says so), the
+ * roll and its put go on, nothing runs later. */
+static void test_failed_drain_submit(void **state)
+{
+	enum { NBIG = 64 };
+	struct test_blk big[NBIG];
+	const uint8_t *objs[NBIG];
+	size_t lens[NBIG], k = 0;
+	uint64_t room = (256u << 10) - 2 * KVS_STORE_ALIGN, used = 0;
+	struct kvs_store_opts o;
+	struct kvs_store *s;
+	char *dir = test_mkdir();
+	int res[NBIG], calls = 0, failed = 0, base = uring.failed;
+
+	assert_int_equal(test_blocks_make(big, NBIG, 7100, 16), 0);
+	for (int i = 0; i < NBIG; i++) {
+		objs[i] = big[i].obj;
+		lens[i] = big[i].len;
+	}
+	/* as many as the head holds, the next one does not fit */
+	while (k < NBIG - 1 && used + record_size(lens[k]) <= room)
+		used += record_size(lens[k++]);
+	assert_true(k > 0 && k < NBIG - 1);
+	test_opts(&o, 0, 16 << 20, 256 << 10);
+	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+	assert_int_equal(kvs_store_put_batch_async(s, objs, lens, k,
+						   KVS_DURABILITY_WRITTEN, res,
+						   on_async_done, &calls),
+			 0);
+	/* queued, not submitted (no turn yet); the put below rolls */
+	uring.fail = 1;
+	assert_int_equal(kvs_store_put(s, objs[k], lens[k],
+				       KVS_DURABILITY_WRITTEN, NULL),
+			 0);
+	assert_int_equal(uring.failed, base + 1);
+	for (int i = 0; i < 1000 && !calls; i++)
+		if (!kvs_store_poll(s))
+			usleep(1000);
+	assert_int_equal(calls, 1);
+	for (size_t i = 0; i < k; i++) {
+		assert_true(res[i] == 0 || res[i] == -EBUSY);
+		failed += res[i] != 0;
+	}
+	assert_true(failed > 0);
+	assert_int_equal(test_get_cmp(s, &big[k].key, objs[k], lens[k]), 0);
+	assert_int_equal(uring.stale, 0);
+	assert_int_equal(kvs_store_close(s), 0);
+	test_blocks_free(big, NBIG);
+	test_rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_failed_submit),
 		cmocka_unit_test(test_failed_async_submit),
+		cmocka_unit_test(test_failed_drain_submit),
 	};
 
 	kvs_log_set_level(KVS_LOG_ERR);
