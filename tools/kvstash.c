@@ -99,7 +99,9 @@ int main(int argc, char **argv)
 	}
 #if KVS_HAVE_UCX
 	if (strncmp(argv[1], "--server", 8) == 0 ||
-	    strncmp(argv[1], "--auth-key-file", 15) == 0) {
+	    strncmp(argv[1], "--auth-key-file", 15) == 0 ||
+	    strncmp(argv[1], "--etcd", 6) == 0 ||
+	    strncmp(argv[1], "--cluster", 9) == 0) {
 		kvs_cli_begin("remote");
 		return kvs_cli_end(kvs_cmd_remote(argc, argv));
 	}
