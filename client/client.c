@@ -965,7 +965,7 @@ int kvs_client_stat(struct kvs_client *c, struct kvs_client_stat *out)
 		return -KVS_EPARAM;
 	if (!c->route)
 		return stat_one(c, out);
-	err = kvs_client_nodes(c, &nodes, &n);
+	err = kvs_client_nodes(c, true, &nodes, &n);
 	if (err)
 		return err;
 	memset(out, 0, sizeof(*out));
@@ -981,8 +981,8 @@ int kvs_client_stat(struct kvs_client *c, struct kvs_client_stat *out)
 	return any ? 0 : last;
 }
 
-int kvs_client_nodes(struct kvs_client *c, struct kvs_client_node **out,
-		     size_t *n)
+int kvs_client_nodes(struct kvs_client *c, bool ask,
+		     struct kvs_client_node **out, size_t *n)
 {
 	struct kvs_client_node *nodes;
 	struct kvs_client_req *req;
@@ -998,7 +998,7 @@ int kvs_client_nodes(struct kvs_client *c, struct kvs_client_node **out,
 		snprintf(nodes->id, sizeof(nodes->id), "%s", c->address);
 		snprintf(nodes->address, sizeof(nodes->address), "%s",
 			 c->address);
-		nodes->status = stat_one(c, &nodes->stat);
+		nodes->status = ask ? stat_one(c, &nodes->stat) : 0;
 		nodes->capacity = nodes->stat.store.dram.capacity +
 				  nodes->stat.store.nvme.capacity;
 		*out = nodes;
@@ -1008,7 +1008,9 @@ int kvs_client_nodes(struct kvs_client *c, struct kvs_client_node **out,
 	err = route_members(c->route, &nodes, &count);
 	if (err)
 		return err;
-	if (count) {
+	for (size_t i = 0; !ask && i < count; i++)
+		nodes[i].status = 0;
+	if (ask && count) {
 		struct route_call rc = { .kind = ROUTE_STAT,
 					 .nodes = nodes,
 					 .n_nodes = count,

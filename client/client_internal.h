@@ -108,6 +108,7 @@ struct kvs_conn {
 	/* a cluster member's: requests waiting for the handshake or for
 	 * room under max_inflight, and the list of closing connections */
 	bool ready;
+	bool handshake; /* a hello or proof of it is out (or deferred) */
 	struct kvs_client_req *pending, **pending_tail;
 	uint8_t nonce[KVS_PROTO_NONCE_SIZE];
 	struct kvs_conn *next;

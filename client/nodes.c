@@ -178,6 +178,7 @@ static void handshake_done(struct kvs_client_req *req)
 		conn_send(conn, next);
 		return;
 	}
+	conn->handshake = false; /* the connection may go now */
 	if (err) {
 		if (err == -KVS_EAUTH && conn->node)
 			kvs_log(KVS_LOG_ERR,
@@ -217,6 +218,7 @@ struct kvs_conn *node_conn(struct route *rt, struct kvs_node *node)
 		conn_fail(conn, -ENOMEM);
 		return conn; /* broken: requests fail, the node is down */
 	}
+	conn->handshake = true;
 	conn_send(conn, hello);
 	return conn;
 }
@@ -457,11 +459,13 @@ static bool node_turn(struct route *rt, struct kvs_node *node, uint64_t now,
 		conn_check_deadlines(conn, now);
 		pending_deadlines(conn, now);
 	}
-	if (conn->broken && !conn->closing && conn->inflight == 0) {
+	if (conn->broken && !conn->closing && conn->inflight == 0 &&
+	    !conn->handshake) {
 		fail_pending(conn, conn->fail_status);
 		node->conn = NULL;
 		conn_free(conn);
-	} else if (!node->member && conn->inflight == 0 && !conn->pending) {
+	} else if (!node->member && conn->inflight == 0 && !conn->pending &&
+		   !conn->handshake) {
 		node_detach(rt, node);
 	}
 	return moved;
@@ -496,7 +500,7 @@ bool route_progress(struct route *rt, uint64_t now, bool check)
 		conn_progress_close(conn);
 		if (check)
 			conn_check_deadlines(conn, now);
-		if (!conn->closing && conn->inflight == 0) {
+		if (!conn->closing && conn->inflight == 0 && !conn->handshake) {
 			*p = conn->next;
 			conn_free(conn);
 			continue;
@@ -625,6 +629,8 @@ static void id_of_address(const char *address, char *id, size_t size)
 static int fixed_members(const char *servers, struct kvs_cluster_members **out)
 {
 	struct kvs_cluster_member *list = NULL;
+	struct sockaddr_storage ss;
+	socklen_t slen;
 	size_t n = 0, cap = 0;
 	const char *p = servers;
 	int err = 0;
@@ -656,6 +662,14 @@ static int fixed_members(const char *servers, struct kvs_cluster_members **out)
 		m = &list[n++];
 		memset(m, 0, sizeof(*m));
 		snprintf(m->address, sizeof(m->address), "%.*s", (int)len, p);
+		if (kvs_ucx_parse_addr(m->address, &ss, &slen)) {
+			kvs_log(KVS_LOG_ERR,
+				"kvstash client: '%s' is no server address "
+				"(HOST:PORT)",
+				m->address);
+			err = -KVS_EPARAM;
+			break;
+		}
 		id_of_address(m->address, m->id, sizeof(m->id));
 		m->capacity = 1;
 		m->protocol = KVS_PROTO_VERSION;

@@ -16,10 +16,11 @@
  * (batches within the node's limits) in parallel.  When every part of
  * the round is back, the next round starts:
  *   get, exists, lookup, tail take: one node at a time; a hit ends the
- *     item; a miss counts as an answer; after `replicas` answers among
- *     the current members the previous members are asked; a failure (no
- *     answer in time, a lost connection) counts for nothing and the next
- *     candidate is tried;
+ *     item; a miss counts as an answer; after `replicas` + 1 answers
+ *     among the current members (the one more finds a block put while a
+ *     member ranked above it was down or away) the previous members are
+ *     asked; a failure (no answer in time, a lost connection) counts for
+ *     nothing and the next candidate is tried;
  *   put, tail put: the first `replicas` candidates at once, then the
  *     next ones for copies that failed;
  *   delete, stat: every member at once, one round.
@@ -379,7 +380,8 @@ static bool next_read_target(struct route_op *op, struct route_item *it,
 		uint8_t p = it->pos;
 		bool cur = p < it->n_cur;
 
-		if (cur && it->answered_cur >= op->replicas) {
+		if (cur &&
+		    it->answered_cur >= op->replicas + ROUTE_READ_EXTRA) {
 			it->pos = it->n_cur;
 			continue;
 		}

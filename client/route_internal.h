@@ -13,6 +13,9 @@
 /* Candidates of one item: the current members' first replicas + 2 (room
  * for nodes that fail), then the previous members' first replicas. */
 #define ROUTE_CAND_MAX (2 * KVS_CLIENT_REPLICAS_MAX + 2)
+/* Members a read asks past `replicas` before it calls a miss: one, which
+ * finds a block put while a member ranked above was down or away. */
+#define ROUTE_READ_EXTRA 1
 #define ROUTE_LOOKUP_MAX 65536u /* keys (spans x layers) of one lookup */
 #define ROUTE_VIEW_CHECK_NS 5000000ull /* how often the view is read */
 

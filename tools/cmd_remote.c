@@ -363,7 +363,7 @@ static int cluster_stat(struct kvs_client *c, const struct remote_args *a)
 	struct kvs_client_node *nodes;
 	struct kvs_cli_json j;
 	size_t n, up = 0;
-	int err = kvs_client_nodes(c, &nodes, &n);
+	int err = kvs_client_nodes(c, true, &nodes, &n);
 
 	if (err) {
 		kvs_cli_error("stat", "%s", kvs_strerror(err));

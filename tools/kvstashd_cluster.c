@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "kvstash/cluster.h"
@@ -27,6 +28,9 @@
 #define RETRY_MS 1000 /* between registrations while etcd is away */
 
 struct kvsd_cluster {
+	/* the strings config and info point to */
+	char etcd[1024], cluster[KVS_CLUSTER_NAME_MAX + 1];
+	char id[KVS_CLUSTER_NAME_MAX + 1], address[KVS_CLUSTER_ADDRESS_MAX + 1];
 	struct kvs_cluster_config config;
 	struct kvs_cluster_node_info info;
 	struct kvs_server *srv;
@@ -104,11 +108,25 @@ int kvsd_cluster_start(const struct kvsd_cluster_args *a,
 	if (!c)
 		return -ENOMEM;
 	c->pipe[0] = c->pipe[1] = -1;
-	c->config.endpoints = a->etcd;
-	c->config.cluster = a->cluster;
+	if (strlen(a->etcd) >= sizeof(c->etcd) ||
+	    strlen(a->cluster) >= sizeof(c->cluster) ||
+	    strlen(a->node_id) >= sizeof(c->id) ||
+	    strlen(a->address) >= sizeof(c->address)) {
+		kvs_log(KVS_LOG_ERR, "kvstashd: --etcd, --cluster, --node-id "
+				     "or the address is too long");
+		free(c);
+		return -EINVAL;
+	}
+	/* the registration thread uses them after the caller's are gone */
+	strcpy(c->etcd, a->etcd);
+	strcpy(c->cluster, a->cluster);
+	strcpy(c->id, a->node_id);
+	strcpy(c->address, a->address);
+	c->config.endpoints = c->etcd;
+	c->config.cluster = c->cluster;
 	c->config.timeout_ms = a->timeout_ms;
-	c->info.id = a->node_id;
-	c->info.address = a->address;
+	c->info.id = c->id;
+	c->info.address = c->address;
 	c->info.capacity = a->capacity;
 	c->info.protocol = KVS_PROTO_VERSION;
 	c->info.ttl_s = a->ttl_s;

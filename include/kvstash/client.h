@@ -276,12 +276,13 @@ struct kvs_client_node {
 };
 
 /*
- * kvs_client_nodes - the members now, each asked for its STAT (in
- * parallel, each within node_timeout_ms).  *@out: an array of *@n the
- * caller frees (free()).  Returns 0 or -ENOMEM.
+ * kvs_client_nodes - the members now; with @ask, each asked for its STAT
+ * (in parallel, each within node_timeout_ms), else none is (status 0,
+ * stat zero).  *@out: an array of *@n the caller frees (free()).
+ * Returns 0 or -ENOMEM.
  */
-int kvs_client_nodes(struct kvs_client *c, struct kvs_client_node **out,
-		     size_t *n);
+int kvs_client_nodes(struct kvs_client *c, bool ask,
+		     struct kvs_client_node **out, size_t *n);
 
 /* Where a cluster client's members come from, and how current they are. */
 struct kvs_client_membership {
