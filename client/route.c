@@ -28,8 +28,10 @@
  * call ends when no item has a target left, or at its deadline.  Gets
  * are verified per part (client.c's checks), so a block that fails them
  * is a miss on that node and the next replica is asked.  With
- * repair_replicas a get that found a block after some of its current
- * candidates answered 'miss' puts it back to them.
+ * repair_replicas, a get's first round also asks its other first
+ * `replicas` members whether they hold the block (EXISTS, batched like
+ * the rest), and a block found puts itself back to every one of those
+ * members that lacks it (and to those that missed it before the hit).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -440,12 +442,36 @@ static void lookup_bound(struct route_op *op)
 		op->items[i].done = true;
 }
 
-/* A (node, item, candidate position) to send this round. */
+/* A (node, item, candidate position) to send this round; a probe asks
+ * only whether the node holds the item (read repair). */
 struct target {
 	uint16_t node;
 	uint8_t pos;
+	bool probe;
 	uint32_t item;
 };
+
+/*
+ * Read repair: with a get's first target, probes (EXISTS) of the other
+ * members among its first `replicas` up candidates, in the same round,
+ * so that a block found anywhere can be put back to all of those that
+ * lack it.
+ */
+static size_t probes(struct route_op *op, const struct route_item *it,
+		     uint8_t read_pos, uint32_t i, struct target *t)
+{
+	size_t n = 0;
+	unsigned up = 0;
+
+	for (uint8_t p = 0; p < it->n_cur && up < op->replicas; p++) {
+		if (op->down[it->cand[p]])
+			continue;
+		up++;
+		if (p != read_pos)
+			t[n++] = (struct target){ it->cand[p], p, true, i };
+	}
+	return n;
+}
 
 /* This round's targets of every unfinished item; returns how many. */
 static size_t plan(struct route_op *op, struct target *t)
@@ -464,11 +490,15 @@ static size_t plan(struct route_op *op, struct target *t)
 		if (it->done)
 			continue;
 		if (single_target(kind)) {
-			if (next_read_target(op, it, &node, &pos))
-				t[n++] = (struct target){ node, pos,
-							  (uint32_t)i };
-			else
+			if (!next_read_target(op, it, &node, &pos)) {
 				item_end(op, it);
+				continue;
+			}
+			t[n++] = (struct target){ node, pos, false,
+						  (uint32_t)i };
+			if (kind == ROUTE_GET && op->rounds == 0 &&
+			    op->rt->opts.repair_replicas)
+				n += probes(op, it, pos, (uint32_t)i, t + n);
 			continue;
 		}
 		if (everywhere(kind)) {
@@ -480,9 +510,9 @@ static size_t plan(struct route_op *op, struct target *t)
 						    : !op->down[j];
 
 				if (mine)
-					t[n++] =
-						(struct target){ (uint16_t)j, 0,
-								 (uint32_t)i };
+					t[n++] = (struct target){ (uint16_t)j,
+								  0, false,
+								  (uint32_t)i };
 				k += mine;
 			}
 			if (it->pos++ || k == 0)
@@ -496,7 +526,8 @@ static size_t plan(struct route_op *op, struct target *t)
 
 			if (skip(op, it, it->cand[p]))
 				continue;
-			t[n++] = (struct target){ it->cand[p], p, (uint32_t)i };
+			t[n++] = (struct target){ it->cand[p], p, false,
+						  (uint32_t)i };
 			k++;
 		}
 		if (k == 0)
@@ -507,7 +538,8 @@ static size_t plan(struct route_op *op, struct target *t)
 
 static void part_done(struct kvs_client_req *part);
 
-/* Counting sort of the targets by node. */
+/* Counting sort of the targets by node, a node's probes after its
+ * reads. */
 static struct target *by_node(struct route_op *op, struct target *t, size_t n,
 			      size_t *start)
 {
@@ -520,8 +552,10 @@ static struct target *by_node(struct route_op *op, struct target *t, size_t n,
 		start[t[k].node + 1]++;
 	for (size_t j = 0; j < op->n_nodes; j++)
 		start[j + 1] += start[j];
-	for (size_t k = 0; k < n; k++)
-		sorted[start[t[k].node]++] = t[k];
+	for (int probe = 0; probe < 2; probe++)
+		for (size_t k = 0; k < n; k++)
+			if (t[k].probe == probe)
+				sorted[start[t[k].node]++] = t[k];
 	for (size_t j = op->n_nodes; j > 0; j--)
 		start[j] = start[j - 1];
 	start[0] = 0;
@@ -538,7 +572,7 @@ static size_t part_size(const struct route_op *op, const struct kvs_node *node,
 	if (op->call.kind == ROUTE_STAT || op->call.kind == ROUTE_TAIL_PUT ||
 	    op->call.kind == ROUTE_TAIL_TAKE)
 		return 1;
-	while (at + n < end && n < max) {
+	while (at + n < end && n < max && t[at + n].probe == t[at].probe) {
 		if (op->call.kind == ROUTE_PUT) {
 			size_t len = op->call.obj_lens[t[at + n].item];
 
@@ -614,9 +648,9 @@ static struct kvs_client_req *part_new(struct route_op *op,
 		part = req_new(KVS_OP_STAT, 0, 0, 0);
 		break;
 	default:
-		op_code = c->kind == ROUTE_GET	    ? KVS_OP_GET
-			  : c->kind == ROUTE_DELETE ? KVS_OP_DELETE
-						    : KVS_OP_EXISTS;
+		op_code = c->kind == ROUTE_GET && !t[0].probe ? KVS_OP_GET
+			  : c->kind == ROUTE_DELETE	      ? KVS_OP_DELETE
+							      : KVS_OP_EXISTS;
 		part = req_new(op_code, (uint32_t)n, 0, 0);
 		if (part && req_keys_payload(part, keys, n)) {
 			req_free(part);
@@ -720,8 +754,9 @@ static void op_advance(struct route_op *op)
 							   op->nodes[j]->id));
 	/* targets an item may have in one round */
 	per_item = op->call.kind == ROUTE_DELETE ? op->n_nodes
-		   : op->call.kind == ROUTE_PUT	 ? op->replicas
-						 : 1;
+		   : op->call.kind == ROUTE_PUT || op->call.kind == ROUTE_GET
+			   ? op->replicas
+			   : 1;
 	t = malloc((op->n_items * per_item + 1) * sizeof(*t));
 	if (!t) {
 		op->fail = -ENOMEM;
@@ -817,6 +852,18 @@ static void answer(struct route_op *op, struct kvs_client_req *part, size_t k,
 	}
 }
 
+/* Read repair's probes: the members that lack an item. */
+static void probe_answer(struct route_op *op, struct kvs_client_req *part)
+{
+	for (uint32_t k = 0; part->status == 0 && k < part->count; k++) {
+		struct route_item *it = &op->items[part->items[k]];
+
+		for (uint8_t q = 0; q < it->n_cur; q++)
+			if (it->cand[q] == part->part_node && !part->present[k])
+				it->missed |= 1u << q;
+	}
+}
+
 static void stat_answer(struct route_op *op, struct kvs_client_req *part)
 {
 	struct kvs_client_node *out = &op->call.nodes[part->items[0]];
@@ -842,6 +889,9 @@ static void part_done(struct kvs_client_req *part)
 	status = part->status;
 	if (op->call.kind == ROUTE_STAT) {
 		stat_answer(op, part);
+	} else if (op->call.kind == ROUTE_GET &&
+		   part->opcode == KVS_OP_EXISTS) {
+		probe_answer(op, part);
 	} else if (status == 0 ||
 		   (tail && (status == -KVS_ENOTFOUND || status == -ENOSPC))) {
 		for (uint32_t k = 0; k < n; k++)

@@ -452,54 +452,6 @@ static int remote_stat(struct kvs_client *c, const struct remote_args *a)
 	return KVS_EXIT_OK;
 }
 
-/*
- * Takes every --server out of @argv (into @rest, the other words in
- * order) and joins their values with commas into *@servers (malloc'd,
- * NULL when none): "--server A --server B,C" is the list "A,B,C".
- * 0, or a usage error (printed).
- */
-static int take_servers(int argc, char **argv, char **rest, int *n_rest,
-			char **servers)
-{
-	size_t len = 0;
-	char *list = NULL;
-
-	*n_rest = 0;
-	for (int i = 0; i < argc; i++) {
-		const char *v = NULL;
-
-		if (strcmp(argv[i], "--") == 0) {
-			while (i < argc)
-				rest[(*n_rest)++] = argv[i++];
-			break;
-		}
-		if (strcmp(argv[i], "--server") == 0) {
-			if (i + 1 == argc) {
-				free(list);
-				kvs_cli_error("remote", "--server: which "
-							"server?");
-				return -KVS_EPARAM;
-			}
-			v = argv[++i];
-		} else if (strncmp(argv[i], "--server=", 9) == 0) {
-			v = argv[i] + 9;
-		} else {
-			rest[(*n_rest)++] = argv[i];
-			continue;
-		}
-		char *grown = realloc(list, len + strlen(v) + 2);
-
-		if (!grown) {
-			free(list);
-			return -ENOMEM;
-		}
-		list = grown;
-		len += (size_t)sprintf(list + len, "%s%s", len ? "," : "", v);
-	}
-	*servers = list;
-	return 0;
-}
-
 /* Which members: one server, a list of them, or etcd's.  0 or a usage
  * error (printed). */
 static int check_members(struct remote_args *a)
@@ -553,7 +505,8 @@ int kvs_cmd_remote(int argc, char **argv)
 		free(rest);
 		return KVS_EXIT_FAIL;
 	}
-	rc = take_servers(argc, argv, rest, &n_rest, &servers);
+	rc = kvs_cli_take_repeated("remote", "server", argc, argv, rest,
+				   &n_rest, &servers);
 	if (!rc)
 		rc = kvs_cli_parse("remote", n_rest, rest, opts,
 				   sizeof(opts) / sizeof(opts[0]), pos,

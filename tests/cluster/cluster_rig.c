@@ -154,8 +154,10 @@ static bool make_namespace(struct rig *r, int i)
 
 unsigned rig_ttl_s(const struct rig *r)
 {
-	/* an impaired link loses keepalives now and then */
-	return r->netns ? 4 : 2;
+	/* twice a node timeout (calls time out on a stopped node before it
+	 * leaves), and more than a loaded 2-core machine stalls etcd or a
+	 * node for; an impaired link loses keepalives now and then */
+	return r->netns ? 6 : 5;
 }
 
 void rig_node_start(struct rig *r, int i)
@@ -247,6 +249,14 @@ void rig_down(struct rig *r)
 struct kvs_client *rig_client(struct rig *r, unsigned replicas,
 			      uint32_t node_timeout_ms, uint32_t timeout_ms)
 {
+	return rig_client_repair(r, replicas, node_timeout_ms, timeout_ms,
+				 false);
+}
+
+struct kvs_client *rig_client_repair(struct rig *r, unsigned replicas,
+				     uint32_t node_timeout_ms,
+				     uint32_t timeout_ms, bool repair)
+{
 	struct kvs_client_cluster_opts o;
 	struct kvs_client *c = NULL;
 	int err;
@@ -258,7 +268,8 @@ struct kvs_client *rig_client(struct rig *r, unsigned replicas,
 	o.replicas = replicas;
 	o.node_timeout_ms = node_timeout_ms;
 	o.timeout_ms = timeout_ms;
-	o.backoff_ms = 1500;
+	o.backoff_ms = 2000;
+	o.repair_replicas = repair;
 	o.etcd_timeout_ms = 1000;
 	err = kvs_client_connect_cluster(&o, &c);
 	if (err)
@@ -436,8 +447,12 @@ static void *load_main(void *arg)
 		l->st.puts_ok += st.puts_ok;
 		l->st.puts_failed += st.puts_failed;
 		l->st.gets_ok += st.gets_ok;
-		l->st.gets_missed += st.gets_missed;
 		l->st.gets_failed += st.gets_failed;
+		for (uint64_t k = 0; k < st.gets_missed; k++)
+			if (l->st.gets_missed + k < 8)
+				l->st.missed[l->st.gets_missed + k] =
+					st.missed[k];
+		l->st.gets_missed += st.gets_missed;
 		l->st.wrong += st.wrong;
 		l->st.calls += st.calls;
 		l->st.overran += st.overran;

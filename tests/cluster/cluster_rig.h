@@ -44,7 +44,7 @@ struct rig {
  * message where there is no etcd, or no namespaces can be made.
  */
 void rig_up(struct rig *r, const char *name, int n, bool netns, int impair);
-/* The nodes' lease TTL: 2 s on loopback, 4 s in namespaces. */
+/* The nodes' lease TTL: 5 s on loopback, 6 s in namespaces. */
 unsigned rig_ttl_s(const struct rig *r);
 /* Starts node @i (again, on the same store) and waits for its ready
  * file; it registers by itself. */
@@ -55,6 +55,10 @@ void rig_down(struct rig *r);
 /* A cluster client of the rig's etcd (tenant alice). */
 struct kvs_client *rig_client(struct rig *r, unsigned replicas,
 			      uint32_t node_timeout_ms, uint32_t timeout_ms);
+/* The same with read repair (kvs_client_cluster_opts.repair_replicas). */
+struct kvs_client *rig_client_repair(struct rig *r, unsigned replicas,
+				     uint32_t node_timeout_ms,
+				     uint32_t timeout_ms, bool repair);
 /* Waits until the client's members are @n (and, with @id, include or,
  * with !@present, exclude it); returns the milliseconds it took, or -1
  * after @timeout_ms. */
