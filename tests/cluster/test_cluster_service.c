@@ -259,6 +259,7 @@ static void test_kill(void **state)
 	load_start(&load);
 	sleep(1);
 	assert_int_equal(daemon_stop(&rig.node[0], SIGKILL, 5000), 128 + 9);
+	kvs_log(KVS_LOG_INFO, "test: node 0 killed");
 	left = rig_wait_members(client, 2, "n0", false, LEAVE_MS + 2000);
 	printf("killed node left the view after %ld ms\n", left);
 	assert_true(left >= 0 && left <= LEAVE_MS);
@@ -462,6 +463,18 @@ static void test_read_repair(void **state)
 		assert_true(after < before);
 }
 
+/* Log lines with the milliseconds since the start (to read a failure). */
+static void log_line(enum kvs_log_level level, const char *line, void *arg)
+{
+	static uint64_t t0;
+
+	(void)level;
+	(void)arg;
+	if (!t0)
+		t0 = ms_now();
+	fprintf(stderr, "%7.3f %s\n", (double)(ms_now() - t0) / 1000, line);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -476,6 +489,7 @@ int main(int argc, char **argv)
 	netns_mode = argc > 1 && strcmp(argv[1], "netns") == 0;
 	/* the client's account of nodes it gave up on, in the test's log */
 	kvs_log_set_level(KVS_LOG_INFO);
+	kvs_log_set_sink(log_line, NULL);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	return cmocka_run_group_tests_name(netns_mode ? "cluster.netns"
 						      : "cluster.service",
