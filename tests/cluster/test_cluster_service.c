@@ -54,6 +54,20 @@ static struct load load;
 static bool netns_mode;
 static uint32_t node_timeout_ms;
 
+/* A one-server client of node @i; an impaired link may lose the
+ * handshake's packets past its timeout now and then: tried 3 times. */
+static struct kvs_client *direct_client(int i)
+{
+	struct kvs_client *c = NULL;
+	int err = -KVS_ECONN;
+
+	for (int attempt = 0; err && attempt < 3; attempt++)
+		err = client_try(&rig.node[i], "alice", &c);
+	if (err)
+		fail_msg("connect to node %d: %s", i, kvs_strerror(err));
+	return c;
+}
+
 /* Where the first blocks missed are (for the log of a failure). */
 static void print_missed(const struct load_stats *st)
 {
@@ -67,7 +81,7 @@ static void print_missed(const struct load_stats *st)
 
 			if (rig.node[i].pid <= 0)
 				continue;
-			direct = client_of(&rig.node[i], "alice", TIMEOUT_MS);
+			direct = direct_client(i);
 			if (kvs_client_exists(direct, key, 1, &present) == 0 &&
 			    present)
 				printf(" %s", rig.id[i]);
@@ -203,7 +217,7 @@ static void test_placement_and_lookup(void **state)
 	for (int i = 0; i < 2 * CHAIN; i++)
 		assert_int_equal(res[i], 0);
 	for (int i = 0; i < 3; i++)
-		direct[i] = client_of(&rig.node[i], "alice", TIMEOUT_MS);
+		direct[i] = direct_client(i);
 	for (int k = 0; k < 2 * CHAIN && !netns_mode; k++) {
 		uint32_t rank[REPLICAS];
 		bool expect[3] = { false }, present;
@@ -346,7 +360,7 @@ static void test_etcd_outage(void **state)
 			 rig.etcd.endpoint);
 		rig_node_start(&rig, 3);
 	}
-	direct = client_of(&rig.node[3], "alice", TIMEOUT_MS);
+	direct = direct_client(3);
 	assert_int_equal(kvs_client_stat(direct, &st), 0);
 	kvs_client_close(direct);
 	assert_int_equal(test_etcd_restart(&rig.etcd, false), 0);
@@ -373,7 +387,8 @@ static void test_sigterm(void **state)
 	assert_int_equal(kill(rig.node[1].pid, SIGTERM), 0);
 	left = rig_wait_members(client, 3, "n1", false, 5000);
 	printf("node stopped by SIGTERM left the view after %ld ms\n", left);
-	assert_true(left >= 0 && left < 1500);
+	/* at once: well before a lease's expiry (at least 2/3 of it) */
+	assert_true(left >= 0 && left < 2500);
 	rc = daemon_stop(&rig.node[1], SIGTERM, 10000);
 	if (rc != 0) {
 		char cmd[700];
@@ -398,8 +413,7 @@ static size_t count_unreplicated(void)
 
 	for (int i = 0; i < RIG_NODES_MAX; i++)
 		if (rig.node[i].pid > 0)
-			direct[i] =
-				client_of(&rig.node[i], "alice", TIMEOUT_MS);
+			direct[i] = direct_client(i);
 	for (size_t a = 0; a < load.n_acked; a++) {
 		const struct kvs_store_key *key = &pool.key[load.acked[a]];
 		uint32_t rank[REPLICAS];
