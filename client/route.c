@@ -220,13 +220,38 @@ static void park(struct route_op *op)
 	op->rt->parked = op;
 }
 
+/*
+ * Nodes @op may use whose limits are unknown (never connected, or
+ * registered again elsewhere): their handshakes start, and the call
+ * waits for them -- true when it has to (then it is parked).  Asked at
+ * every round: a node that came back during a round is connected then.
+ */
+static bool wait_for_limits(struct route_op *op)
+{
+	struct route *rt = op->rt;
+
+	for (size_t j = 0; j < op->n_nodes && !rt->shutting; j++) {
+		struct kvs_node *node = op->nodes[j];
+
+		if (op->need[j] && !node->limits_known &&
+		    !node_connecting(node) &&
+		    !kvs_cluster_backoff_is_down(rt->backoff, node->id))
+			node_conn(rt, node);
+	}
+	if (!op_waiting(op))
+		return false;
+	park(op);
+	return true;
+}
+
 void route_start(struct route *rt, struct kvs_client_req *req)
 {
 	struct route_op *op = req->op;
 	size_t n;
 
 	rt->ops++;
-	route_refresh(rt, false);
+	/* a stat lists the members of the latest view (route_members) */
+	route_refresh(rt, op->call.kind == ROUTE_STAT);
 	op->members = kvs_cluster_members_ref(rt->members);
 	n = op->n_nodes = kvs_cluster_members_count(op->members);
 	op->nodes = calloc(n ? n : 1, sizeof(*op->nodes));
@@ -256,18 +281,6 @@ void route_start(struct route *rt, struct kvs_client_req *req)
 	}
 	if (op->call.kind == ROUTE_DELETE)
 		memset(op->need, 1, n);
-	/* nodes never connected: their limits come with the handshake */
-	for (size_t j = 0; j < n && !rt->shutting; j++) {
-		struct kvs_node *node = op->nodes[j];
-
-		if (op->need[j] && !node->limits_known &&
-		    !kvs_cluster_backoff_is_down(rt->backoff, node->id))
-			node_conn(rt, node);
-	}
-	if (op_waiting(op)) {
-		park(op);
-		return;
-	}
 	op_advance(op);
 }
 
@@ -747,6 +760,8 @@ static void op_advance(struct route_op *op)
 		op_finish(op);
 		return;
 	}
+	if (wait_for_limits(op))
+		return;
 	for (size_t j = 0; j < op->n_nodes; j++)
 		op->down[j] = op->call.kind != ROUTE_STAT &&
 			      (!op->nodes[j]->limits_known ||
