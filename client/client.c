@@ -42,7 +42,6 @@ void kvs_client_opts_default(struct kvs_client_opts *opts)
 
 /* ---- verification and completion ------------------------------------- */
 
-/* The client's own checks of a received object. */
 /*
  * The client's own checks of a received object.  A block arrives as the
  * server stores it, under its namespaced id: its header is checked as
@@ -67,7 +66,7 @@ static int object_check(uint8_t *obj, size_t len,
 	return kvs_object_verify(obj, len, 0) ? -KVS_ENOTFOUND : 0;
 }
 
-static void verify(struct kvs_client_req *req)
+void req_verify(struct kvs_client_req *req)
 {
 	uint64_t bad = 0;
 
@@ -99,7 +98,7 @@ static void verify(struct kvs_client_req *req)
 	}
 }
 
-static void req_free(struct kvs_client_req *req)
+void req_free(struct kvs_client_req *req)
 {
 	if (!req)
 		return;
@@ -107,6 +106,7 @@ static void req_free(struct kvs_client_req *req)
 	free(req->iov);
 	free(req->riov);
 	free(req->scratch);
+	free(req->part_mem);
 	free(req);
 }
 
@@ -114,8 +114,15 @@ void req_complete(struct kvs_client_req *req)
 {
 	struct kvs_client *cl = req->cl;
 
+	if (req->on_done) {
+		/* run once UCX's callbacks are over (progress_turn) */
+		req->next = NULL;
+		*cl->deferred_tail = req;
+		cl->deferred_tail = &req->next;
+		return;
+	}
 	if (req->cb) {
-		verify(req);
+		req_verify(req);
 		req->cb(req->arg, req->status);
 		req_free(req);
 		return;
@@ -134,13 +141,31 @@ int kvs_client_wait(struct kvs_client_req *req)
 	int status;
 
 	drive_until_done(cl, req);
-	verify(req);
+	req_verify(req);
 	status = req->status;
 	req_free(req);
 	return status;
 }
 
 /* ---- the progress thread --------------------------------------------- */
+
+/* The on_done of requests finished during the last UCX progress. */
+static bool run_deferred(struct kvs_client *cl)
+{
+	bool ran = false;
+
+	while (cl->deferred) {
+		struct kvs_client_req *req = cl->deferred;
+
+		cl->deferred = req->next;
+		if (!cl->deferred)
+			cl->deferred_tail = &cl->deferred;
+		req->next = NULL;
+		req->on_done(req);
+		ran = true;
+	}
+	return ran;
+}
 
 static void drain_queue(struct kvs_client *cl)
 {
@@ -151,6 +176,14 @@ static void drain_queue(struct kvs_client *cl)
 	cl->queue = NULL;
 	cl->queue_tail = &cl->queue;
 	pthread_mutex_unlock(&cl->lock);
+	if (cl->route) {
+		for (; q; q = next) {
+			next = q->next;
+			q->next = NULL;
+			route_start(cl->route, q);
+		}
+		return;
+	}
 	/* those over the server's in-flight limit wait their turn, in order */
 	if (q) {
 		struct kvs_client_req **t = &cl->waiting;
@@ -178,13 +211,48 @@ static bool progress_turn(struct kvs_client *cl)
 	drain_queue(cl);
 	while ((k = ucp_worker_progress(cl->ucx.worker)))
 		n += k;
-	conn_progress_close(&cl->conn);
 	now = client_now_ns();
+	if (cl->route) {
+		bool check = now - cl->last_check > 1000000ull;
+
+		if (check)
+			cl->last_check = now;
+		n += run_deferred(cl);
+		n += route_progress(cl->route, now, check);
+		n += run_deferred(cl);
+		return n > 0;
+	}
+	conn_progress_close(&cl->conn);
 	if (now - cl->last_check > 1000000ull) {
 		conn_check_deadlines(&cl->conn, now);
 		cl->last_check = now;
 	}
 	return n > 0;
+}
+
+/* Whether requests are in flight (busy-poll) and whether everything is
+ * over once the client stops; client->progress held. */
+static bool busy_now(struct kvs_client *cl)
+{
+	if (cl->route)
+		return route_busy(cl->route) || cl->deferred;
+	return cl->conn.inflight || cl->conn.closing;
+}
+
+static bool stop_turn(struct kvs_client *cl, uint64_t close_since)
+{
+	/* a close the peer never answers: the worker's destruction cleans
+	 * it up */
+	bool late = client_now_ns() - close_since >
+		    (uint64_t)cl->opts.connect_timeout_ms * 1000000ull;
+
+	if (cl->route)
+		return route_shutdown(cl->route, late);
+	if (!cl->conn.broken)
+		conn_close(&cl->conn);
+	if (cl->waiting == NULL && conn_idle(&cl->conn))
+		return true;
+	return late && conn_inflight_only_close(&cl->conn);
 }
 
 static void *progress_main(void *arg)
@@ -204,19 +272,11 @@ static void *progress_main(void *arg)
 		pthread_mutex_unlock(&cl->lock);
 		pthread_mutex_lock(&cl->progress);
 		progress_turn(cl);
-		if (stop && !cl->conn.broken)
-			conn_close(&cl->conn);
-		if (stop && cl->waiting == NULL && conn_idle(&cl->conn))
-			done = true;
 		if (stop && !close_since)
 			close_since = client_now_ns();
-		/* a close the peer never answers: the worker's destruction
-		 * cleans it up */
-		if (stop && conn_inflight_only_close(&cl->conn) &&
-		    client_now_ns() - close_since >
-			    (uint64_t)cl->opts.connect_timeout_ms * 1000000ull)
-			done = true;
-		busy = cl->conn.inflight || cl->conn.closing;
+		if (stop)
+			done = stop_turn(cl, close_since);
+		busy = busy_now(cl);
 		if (!busy && !done)
 			armed = ucp_worker_arm(cl->ucx.worker) == UCS_OK;
 		pthread_mutex_unlock(&cl->progress);
@@ -297,36 +357,56 @@ static void drive_until_done(struct kvs_client *cl, struct kvs_client_req *req)
 		__atomic_fetch_sub(&cl->waiters, 1, __ATOMIC_RELAXED);
 }
 
+static void encode_header(struct kvs_client_req *req)
+{
+	struct kvs_proto_frame f = {
+		.version = KVS_PROTO_VERSION,
+		.opcode = req->opcode,
+		.req_id = req->id,
+		.count = req->count,
+		.body_len = (uint32_t)(req->frame_len - KVS_PROTO_HEADER_SIZE),
+		.flags = kvs_get32(req->frame + KVS_PROTO_OFF_FLAGS),
+	};
+
+	kvs_proto_header_encode(&f, req->frame);
+}
+
+void req_seal(struct kvs_client *cl, struct kvs_client_req *req,
+	      uint64_t deadline_ns)
+{
+	req->cl = cl;
+	req->deadline_ns = deadline_ns;
+	pthread_mutex_lock(&cl->lock);
+	req->id = ++cl->next_id;
+	cl->counters.requests++;
+	pthread_mutex_unlock(&cl->lock);
+	encode_header(req);
+}
+
 /* Queues @req (frame and payload built) and wakes the thread. */
-static int submit(struct kvs_client *c, struct kvs_client_req *req,
+int client_submit(struct kvs_client *c, struct kvs_client_req *req,
 		  uint32_t timeout_ms, kvs_client_cb cb, void *arg,
 		  struct kvs_client_req **req_out)
 {
 	uint64_t one = 1;
-	struct kvs_proto_frame f = {
-		.version = KVS_PROTO_VERSION,
-		.opcode = req->opcode,
-		.count = req->count,
-		.body_len = (uint32_t)(req->frame_len - KVS_PROTO_HEADER_SIZE),
-	};
 
 	req->cl = c;
 	req->cb = cb;
 	req->arg = arg;
 	req->deadline_ns = client_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	f.flags = kvs_get32(req->frame + KVS_PROTO_OFF_FLAGS);
 	pthread_mutex_lock(&c->lock);
 	if (c->stopping) {
 		pthread_mutex_unlock(&c->lock);
 		req_free(req);
 		return -KVS_ECONN;
 	}
-	f.req_id = req->id = ++c->next_id;
-	kvs_proto_header_encode(&f, req->frame);
+	req->id = ++c->next_id;
+	encode_header(req);
 	req->next = NULL;
 	*c->queue_tail = req;
 	c->queue_tail = &req->next;
-	c->counters.requests++;
+	if (!req->op) /* a cluster call counts its parts */
+		c->counters.requests++;
 	if (req_out)
 		*req_out = req;
 	pthread_mutex_unlock(&c->lock);
@@ -336,8 +416,8 @@ static int submit(struct kvs_client *c, struct kvs_client_req *req,
 }
 
 /* A new request of @opcode with @body_len bytes of body and @flags. */
-static struct kvs_client_req *req_new(uint16_t opcode, uint32_t count,
-				      size_t body_len, uint32_t flags)
+struct kvs_client_req *req_new(uint16_t opcode, uint32_t count, size_t body_len,
+			       uint32_t flags)
 {
 	struct kvs_client_req *req = calloc(1, sizeof(*req));
 
@@ -362,9 +442,8 @@ static int check_call(struct kvs_client *c, size_t n, kvs_client_cb cb,
 	return 0;
 }
 
-/* Keys as a request payload. */
-static int keys_payload(struct kvs_client_req *req,
-			const struct kvs_store_key *keys, size_t n)
+int req_keys_payload(struct kvs_client_req *req,
+		     const struct kvs_store_key *keys, size_t n)
 {
 	req->payload_len = n * KVS_PROTO_KEY_SIZE;
 	req->payload = malloc(req->payload_len);
@@ -394,6 +473,16 @@ int kvs_client_lookup_async(struct kvs_client *c,
 	    n_spans > KVS_PROTO_CHAIN_MAX || n_layers == 0 ||
 	    n_layers > KVS_PROTO_LAYERS_MAX)
 		return -KVS_EPARAM;
+	if (c->route) {
+		struct route_call rc = { .kind = ROUTE_LOOKUP,
+					 .spans = span_ids,
+					 .n_spans = n_spans,
+					 .layers = layers,
+					 .n_layers = n_layers,
+					 .prefix = prefix };
+
+		return route_submit(c, &rc, cb, arg, req_out);
+	}
 	req = req_new(KVS_OP_LOOKUP, (uint32_t)n_spans, 8, 0);
 	if (!req)
 		return -ENOMEM;
@@ -408,7 +497,7 @@ int kvs_client_lookup_async(struct kvs_client *c,
 		kvs_put32(req->payload + i * 4, layers[i]);
 	memcpy(req->payload + n_layers * 4, span_ids, n_spans * KVS_ID_SIZE);
 	req->prefix = prefix;
-	return submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
+	return client_submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
 }
 
 /* EXISTS, GET and DELETE: keys in the payload. */
@@ -420,7 +509,7 @@ static int keyed(struct kvs_client *c, uint16_t op,
 
 	if (!req)
 		return -ENOMEM;
-	if (keys_payload(req, keys, n)) {
+	if (req_keys_payload(req, keys, n)) {
 		req_free(req);
 		return -ENOMEM;
 	}
@@ -437,12 +526,20 @@ int kvs_client_exists_async(struct kvs_client *c,
 	struct kvs_client_req *req;
 	int err = check_call(c, n, cb, req_out);
 
+	if (!err && c->route) {
+		struct route_call rc = { .kind = ROUTE_EXISTS,
+					 .keys = keys,
+					 .n = n,
+					 .present = present };
+
+		return route_submit(c, &rc, cb, arg, req_out);
+	}
 	if (!err)
 		err = keyed(c, KVS_OP_EXISTS, keys, n, &req);
 	if (err)
 		return err;
 	req->present = present;
-	return submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
+	return client_submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
 }
 
 int kvs_client_get_async(struct kvs_client *c, const struct kvs_store_key *keys,
@@ -453,6 +550,17 @@ int kvs_client_get_async(struct kvs_client *c, const struct kvs_store_key *keys,
 	struct kvs_client_req *req;
 	int err = check_call(c, n, cb, req_out);
 
+	if (!err && c->route) {
+		struct route_call rc = { .kind = ROUTE_GET,
+					 .keys = keys,
+					 .n = n,
+					 .bufs = bufs,
+					 .caps = caps,
+					 .lens = lens,
+					 .results = results };
+
+		return route_submit(c, &rc, cb, arg, req_out);
+	}
 	if (!err)
 		err = keyed(c, KVS_OP_GET, keys, n, &req);
 	if (err)
@@ -461,7 +569,7 @@ int kvs_client_get_async(struct kvs_client *c, const struct kvs_store_key *keys,
 	req->caps = caps;
 	req->lens = lens;
 	req->results = results;
-	return submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
+	return client_submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
 }
 
 int kvs_client_delete_async(struct kvs_client *c,
@@ -472,35 +580,27 @@ int kvs_client_delete_async(struct kvs_client *c,
 	struct kvs_client_req *req;
 	int err = check_call(c, n, cb, req_out);
 
+	if (!err && c->route) {
+		struct route_call rc = { .kind = ROUTE_DELETE,
+					 .keys = keys,
+					 .n = n,
+					 .results = results };
+
+		return route_submit(c, &rc, cb, arg, req_out);
+	}
 	if (!err)
 		err = keyed(c, KVS_OP_DELETE, keys, n, &req);
 	if (err)
 		return err;
 	req->results = results;
-	return submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
+	return client_submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
 }
 
-int kvs_client_put_async(struct kvs_client *c, const uint8_t *const *objs,
-			 const size_t *lens, size_t n,
-			 enum kvs_durability durability, int *results,
-			 kvs_client_cb cb, void *arg,
-			 struct kvs_client_req **req_out)
+int req_put_new(const uint8_t *const *objs, const size_t *lens, size_t n,
+		enum kvs_durability durability, struct kvs_client_req **out)
 {
 	struct kvs_client_req *req;
-	uint64_t total = 0;
-	int err = check_call(c, n, cb, req_out);
 
-	if (err)
-		return err;
-	for (size_t i = 0; i < n; i++) {
-		if (lens[i] < KVS_HEADER_SIZE || lens[i] > UINT32_MAX)
-			return -KVS_EPARAM;
-		if (lens[i] > c->conn.limits.max_object)
-			return -KVS_ETOOBIG;
-		total += lens[i];
-	}
-	if (total > c->conn.limits.max_payload)
-		return -KVS_ETOOBIG;
 	req = req_new(KVS_OP_PUT, (uint32_t)n, n * KVS_PROTO_ITEM_SIZE,
 		      (uint32_t)durability);
 	if (!req)
@@ -518,26 +618,82 @@ int kvs_client_put_async(struct kvs_client *c, const uint8_t *const *objs,
 		req->iov[i].length = lens[i];
 	}
 	req->iov_n = n;
-	req->results = results;
-	return submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
+	*out = req;
+	return 0;
 }
 
-int kvs_client_tail_put_async(struct kvs_client *c,
-			      const uint8_t request_id[KVS_CLIENT_REQUEST_ID],
-			      const uint8_t *tail, size_t len, uint32_t ttl_ms,
-			      kvs_client_cb cb, void *arg,
-			      struct kvs_client_req **req_out)
+/* A put of @replicas copies (0: a cluster client's own count). */
+static int put_copies(struct kvs_client *c, const uint8_t *const *objs,
+		      const size_t *lens, size_t n,
+		      enum kvs_durability durability, unsigned replicas,
+		      int *results, kvs_client_cb cb, void *arg,
+		      struct kvs_client_req **req_out)
 {
 	struct kvs_client_req *req;
-	uint8_t *b;
-	int err = check_call(c, 1, cb, req_out);
+	uint64_t total = 0;
+	int err = check_call(c, n, cb, req_out);
 
 	if (err)
 		return err;
-	if (len < KVS_HEADER_SIZE || len > c->conn.limits.max_object ||
-	    ttl_ms == 0)
-		return len > c->conn.limits.max_object ? -KVS_ETOOBIG
-						       : -KVS_EPARAM;
+	if (replicas > KVS_CLIENT_REPLICAS_MAX)
+		return -KVS_EPARAM;
+	for (size_t i = 0; i < n; i++) {
+		if (lens[i] < KVS_HEADER_SIZE || lens[i] > UINT32_MAX)
+			return -KVS_EPARAM;
+		if (lens[i] > c->conn.limits.max_object)
+			return -KVS_ETOOBIG;
+		total += lens[i];
+	}
+	if (c->route) {
+		struct route_call rc = { .kind = ROUTE_PUT,
+					 .objs = objs,
+					 .obj_lens = lens,
+					 .n = n,
+					 .durability = durability,
+					 .replicas = replicas,
+					 .results = results };
+
+		return route_submit(c, &rc, cb, arg, req_out);
+	}
+	if (total > c->conn.limits.max_payload)
+		return -KVS_ETOOBIG;
+	err = req_put_new(objs, lens, n, durability, &req);
+	if (err)
+		return err;
+	req->results = results;
+	return client_submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
+}
+
+int kvs_client_put_replicas_async(struct kvs_client *c,
+				  const uint8_t *const *objs,
+				  const size_t *lens, size_t n,
+				  enum kvs_durability durability,
+				  unsigned replicas, int *results,
+				  kvs_client_cb cb, void *arg,
+				  struct kvs_client_req **req_out)
+{
+	if (replicas == 0)
+		return -KVS_EPARAM;
+	return put_copies(c, objs, lens, n, durability, replicas, results, cb,
+			  arg, req_out);
+}
+
+int kvs_client_put_async(struct kvs_client *c, const uint8_t *const *objs,
+			 const size_t *lens, size_t n,
+			 enum kvs_durability durability, int *results,
+			 kvs_client_cb cb, void *arg,
+			 struct kvs_client_req **req_out)
+{
+	return put_copies(c, objs, lens, n, durability, 0, results, cb, arg,
+			  req_out);
+}
+
+int req_tail_put_new(const uint8_t *request_id, const uint8_t *tail, size_t len,
+		     uint32_t ttl_ms, struct kvs_client_req **out)
+{
+	struct kvs_client_req *req;
+	uint8_t *b;
+
 	req = req_new(KVS_OP_TAIL_PUT, 1, KVS_PROTO_TAIL_PUT_SIZE, 0);
 	if (!req)
 		return -ENOMEM;
@@ -553,7 +709,50 @@ int kvs_client_tail_put_async(struct kvs_client *c,
 	req->iov[0].buffer = (void *)tail;
 	req->iov[0].length = len;
 	req->iov_n = 1;
-	return submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
+	*out = req;
+	return 0;
+}
+
+int kvs_client_tail_put_async(struct kvs_client *c,
+			      const uint8_t request_id[KVS_CLIENT_REQUEST_ID],
+			      const uint8_t *tail, size_t len, uint32_t ttl_ms,
+			      kvs_client_cb cb, void *arg,
+			      struct kvs_client_req **req_out)
+{
+	struct kvs_client_req *req;
+	int err = check_call(c, 1, cb, req_out);
+
+	if (err)
+		return err;
+	if (len < KVS_HEADER_SIZE || len > c->conn.limits.max_object ||
+	    ttl_ms == 0)
+		return len > c->conn.limits.max_object ? -KVS_ETOOBIG
+						       : -KVS_EPARAM;
+	if (c->route) {
+		struct route_call rc = { .kind = ROUTE_TAIL_PUT,
+					 .n = 1,
+					 .request_id = request_id,
+					 .tail = tail,
+					 .tail_len = len,
+					 .ttl_ms = ttl_ms };
+
+		return route_submit(c, &rc, cb, arg, req_out);
+	}
+	err = req_tail_put_new(request_id, tail, len, ttl_ms, &req);
+	if (err)
+		return err;
+	return client_submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
+}
+
+struct kvs_client_req *req_tail_take_new(const uint8_t *request_id)
+{
+	struct kvs_client_req *req =
+		req_new(KVS_OP_TAIL_TAKE, 0, KVS_PROTO_REQID_SIZE, 0);
+
+	if (req)
+		memcpy(req->frame + KVS_PROTO_HEADER_SIZE, request_id,
+		       KVS_PROTO_REQID_SIZE);
+	return req;
 }
 
 int kvs_client_tail_take_async(struct kvs_client *c,
@@ -567,15 +766,23 @@ int kvs_client_tail_take_async(struct kvs_client *c,
 
 	if (err)
 		return err;
-	req = req_new(KVS_OP_TAIL_TAKE, 0, KVS_PROTO_REQID_SIZE, 0);
+	if (c->route) {
+		struct route_call rc = { .kind = ROUTE_TAIL_TAKE,
+					 .n = 1,
+					 .request_id = request_id,
+					 .tail_buf = buf,
+					 .tail_cap = cap,
+					 .tail_out = len };
+
+		return route_submit(c, &rc, cb, arg, req_out);
+	}
+	req = req_tail_take_new(request_id);
 	if (!req)
 		return -ENOMEM;
-	memcpy(req->frame + KVS_PROTO_HEADER_SIZE, request_id,
-	       KVS_PROTO_REQID_SIZE);
 	req->tail_buf = buf;
 	req->tail_cap = cap;
 	req->tail_len = len;
-	return submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
+	return client_submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
 }
 
 /* ---- synchronous forms ----------------------------------------------- */
@@ -617,6 +824,16 @@ int kvs_client_put(struct kvs_client *c, const uint8_t *const *objs,
 				  NULL, &req_));
 }
 
+int kvs_client_put_replicas(struct kvs_client *c, const uint8_t *const *objs,
+			    const size_t *lens, size_t n,
+			    enum kvs_durability durability, unsigned replicas,
+			    int *results)
+{
+	SYNC(kvs_client_put_replicas_async(c, objs, lens, n, durability,
+					   replicas, results, NULL, NULL,
+					   &req_));
+}
+
 int kvs_client_delete(struct kvs_client *c, const struct kvs_store_key *keys,
 		      size_t n, int *results)
 {
@@ -639,31 +856,8 @@ int kvs_client_tail_take(struct kvs_client *c,
 					NULL, &req_));
 }
 
-int kvs_client_stat(struct kvs_client *c, struct kvs_client_stat *out)
+void client_stat_decode(const uint64_t *v, struct kvs_client_stat *out)
 {
-	struct kvs_client_req *req;
-	uint64_t v[KVS_PROTO_STAT_MAX] = { 0 };
-	int err;
-
-	if (!c)
-		return -KVS_EPARAM;
-	req = req_new(KVS_OP_STAT, 0, 0, 0);
-	if (!req)
-		return -ENOMEM;
-	err = submit(c, req, c->opts.timeout_ms, NULL, NULL, &req);
-	if (err)
-		return err;
-	drive_until_done(c, req);
-	err = req->status;
-	/* the counters after the base are read where the server sends them
-	 * (zero otherwise) */
-	if (!err && req->stat_n < KVS_STAT_BASE_N)
-		err = -KVS_EPROTO;
-	if (!err)
-		memcpy(v, req->stat, sizeof(v));
-	req_free(req);
-	if (err)
-		return err;
 	memset(out, 0, sizeof(*out));
 	out->store.dram.blocks = v[KVS_STAT_DRAM_BLOCKS];
 	out->store.dram.bytes = v[KVS_STAT_DRAM_BYTES];
@@ -693,6 +887,145 @@ int kvs_client_stat(struct kvs_client *c, struct kvs_client_stat *out)
 	out->store.carried = v[KVS_STAT_CARRIED];
 	out->store.lost_segments = v[KVS_STAT_LOST_SEGMENTS];
 	out->store.compactions = v[KVS_STAT_COMPACTIONS];
+}
+
+/* A one-server client's STAT. */
+static int stat_one(struct kvs_client *c, struct kvs_client_stat *out)
+{
+	struct kvs_client_req *req;
+	uint64_t v[KVS_PROTO_STAT_MAX] = { 0 };
+	int err;
+
+	req = req_new(KVS_OP_STAT, 0, 0, 0);
+	if (!req)
+		return -ENOMEM;
+	err = client_submit(c, req, c->opts.timeout_ms, NULL, NULL, &req);
+	if (err)
+		return err;
+	drive_until_done(c, req);
+	err = req->status;
+	/* the counters after the base are read where the server sends them
+	 * (zero otherwise) */
+	if (!err && req->stat_n < KVS_STAT_BASE_N)
+		err = -KVS_EPROTO;
+	if (!err)
+		memcpy(v, req->stat, sizeof(v));
+	req_free(req);
+	if (!err)
+		client_stat_decode(v, out);
+	return err;
+}
+
+/* Adds one node's counters to a cluster's totals. */
+static void stat_add(struct kvs_client_stat *sum,
+		     const struct kvs_client_stat *s)
+{
+	struct kvs_store_stats *t = &sum->store;
+	const struct kvs_store_stats *n = &s->store;
+
+	t->dram.blocks += n->dram.blocks;
+	t->dram.bytes += n->dram.bytes;
+	t->dram.capacity += n->dram.capacity;
+	t->nvme.blocks += n->nvme.blocks;
+	t->nvme.bytes += n->nvme.bytes;
+	t->nvme.capacity += n->nvme.capacity;
+	t->hits += n->hits;
+	t->misses += n->misses;
+	t->dram_hits += n->dram_hits;
+	t->nvme_hits += n->nvme_hits;
+	t->promotions += n->promotions;
+	t->carried += n->carried;
+	t->lost_segments += n->lost_segments;
+	t->compactions += n->compactions;
+	t->evictions += n->evictions;
+	t->spills += n->spills;
+	t->corrupt_dropped += n->corrupt_dropped;
+	t->torn_dropped += n->torn_dropped;
+	t->segments += n->segments;
+	t->nvme_file_bytes += n->nvme_file_bytes;
+	t->direct_io |= n->direct_io;
+	t->hugepages |= n->hugepages;
+	t->registered |= n->registered;
+	sum->tails += s->tails;
+	sum->tail_bytes += s->tail_bytes;
+	sum->tails_expired += s->tails_expired;
+	sum->connections += s->connections;
+	if (s->uptime_s > sum->uptime_s)
+		sum->uptime_s = s->uptime_s;
+}
+
+int kvs_client_stat(struct kvs_client *c, struct kvs_client_stat *out)
+{
+	struct kvs_client_node *nodes;
+	size_t n;
+	int err, last = -KVS_ECONN;
+	bool any = false;
+
+	if (!c)
+		return -KVS_EPARAM;
+	if (!c->route)
+		return stat_one(c, out);
+	err = kvs_client_nodes(c, true, &nodes, &n);
+	if (err)
+		return err;
+	memset(out, 0, sizeof(*out));
+	for (size_t i = 0; i < n; i++) {
+		if (nodes[i].status) {
+			last = nodes[i].status;
+			continue;
+		}
+		stat_add(out, &nodes[i].stat);
+		any = true;
+	}
+	free(nodes);
+	return any ? 0 : last;
+}
+
+int kvs_client_nodes(struct kvs_client *c, bool ask,
+		     struct kvs_client_node **out, size_t *n)
+{
+	struct kvs_client_node *nodes;
+	struct kvs_client_req *req;
+	size_t count;
+	int err;
+
+	if (!c || !out || !n)
+		return -KVS_EPARAM;
+	if (!c->route) {
+		nodes = calloc(1, sizeof(*nodes));
+		if (!nodes)
+			return -ENOMEM;
+		snprintf(nodes->id, sizeof(nodes->id), "%s", c->address);
+		snprintf(nodes->address, sizeof(nodes->address), "%s",
+			 c->address);
+		nodes->status = ask ? stat_one(c, &nodes->stat) : 0;
+		nodes->capacity = nodes->stat.store.dram.capacity +
+				  nodes->stat.store.nvme.capacity;
+		*out = nodes;
+		*n = 1;
+		return 0;
+	}
+	err = route_members(c->route, &nodes, &count);
+	if (err)
+		return err;
+	for (size_t i = 0; !ask && i < count; i++)
+		nodes[i].status = 0;
+	if (ask && count) {
+		struct route_call rc = { .kind = ROUTE_STAT,
+					 .nodes = nodes,
+					 .n_nodes = count,
+					 .n = count };
+
+		err = route_submit(c, &rc, NULL, NULL, &req);
+		if (!err)
+			err = kvs_client_wait(req);
+	}
+	if (err) {
+		free(nodes);
+		return err;
+	}
+	*out = nodes;
+	*n = count;
 	return 0;
 }
 
@@ -711,7 +1044,8 @@ static int authenticate(struct kvs_client *c)
 		return -ENOMEM;
 	kvs_put16(req->frame + KVS_PROTO_HEADER_SIZE, (uint16_t)tlen);
 	memcpy(req->frame + KVS_PROTO_HEADER_SIZE + 4, t->name, tlen);
-	err = submit(c, req, c->opts.connect_timeout_ms, NULL, NULL, &req);
+	err = client_submit(c, req, c->opts.connect_timeout_ms, NULL, NULL,
+			    &req);
 	if (err)
 		return err;
 	drive_until_done(c, req);
@@ -736,12 +1070,13 @@ static int authenticate(struct kvs_client *c)
 		req_free(req);
 		return err;
 	}
-	err = submit(c, req, c->opts.connect_timeout_ms, NULL, NULL, &req);
+	err = client_submit(c, req, c->opts.connect_timeout_ms, NULL, NULL,
+			    &req);
 	return err ? err : kvs_client_wait(req);
 }
 
-static int connect_once(const struct kvs_client_opts *opts,
-			struct kvs_client **out)
+int client_create(const struct kvs_client_opts *opts, bool cluster,
+		  struct kvs_client **out)
 {
 	struct kvs_client *c;
 	ucp_am_handler_param_t am = {
@@ -749,12 +1084,10 @@ static int connect_once(const struct kvs_client_opts *opts,
 			      UCP_AM_HANDLER_PARAM_FIELD_CB |
 			      UCP_AM_HANDLER_PARAM_FIELD_ARG,
 		.id = KVS_PROTO_AM_REPLY,
-		.cb = conn_on_reply,
+		.cb = cluster ? route_on_reply : conn_on_reply,
 	};
 	int err;
 
-	if (!opts || !opts->address || !opts->key_file)
-		return -KVS_EPARAM;
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
@@ -765,17 +1098,20 @@ static int connect_once(const struct kvs_client_opts *opts,
 		c->opts.connect_timeout_ms = 5000;
 	c->wake_fd = -1;
 	c->queue_tail = &c->queue;
+	c->deferred_tail = &c->deferred;
 	/* until the hello says otherwise: the hello and the proof */
 	c->conn.limits.max_inflight = 2;
 	c->conn.limits.max_batch = 1;
+	c->conn.address = "";
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->progress, NULL);
 	pthread_cond_init(&c->cond, NULL);
-	c->address = strdup(opts->address);
+	c->address = strdup(opts->address ? opts->address : "");
 	if (!c->address) {
 		err = -ENOMEM;
 		goto fail;
 	}
+	c->conn.address = c->address;
 	err = kvs_keyfile_read_client(opts->key_file, &c->conn.tenant);
 	if (err) {
 		kvs_log(KVS_LOG_ERR, "kvstash client: %s: %s", opts->key_file,
@@ -790,28 +1126,50 @@ static int connect_once(const struct kvs_client_opts *opts,
 	err = kvs_ucx_init(&c->ucx, c->opts.shared_memory, true);
 	if (err)
 		goto fail;
-	am.arg = &c->conn;
+	am.arg = cluster ? (void *)c : (void *)&c->conn;
 	if (ucp_worker_set_am_recv_handler(c->ucx.worker, &am) != UCS_OK) {
 		err = -EIO;
 		goto fail;
 	}
-	err = conn_open(c, &c->conn, opts->address);
-	if (err)
-		goto fail;
-	err = pthread_create(&c->thread, NULL, progress_main, c);
-	if (err) {
-		err = -err;
-		goto fail;
-	}
-	c->thread_started = true;
-	err = authenticate(c);
-	if (err)
-		goto fail;
 	*out = c;
 	return 0;
 fail:
 	kvs_client_close(c);
 	return err;
+}
+
+int client_start(struct kvs_client *c)
+{
+	int err = pthread_create(&c->thread, NULL, progress_main, c);
+
+	if (err)
+		return -err;
+	c->thread_started = true;
+	return 0;
+}
+
+static int connect_once(const struct kvs_client_opts *opts,
+			struct kvs_client **out)
+{
+	struct kvs_client *c;
+	int err;
+
+	if (!opts || !opts->address || !opts->key_file)
+		return -KVS_EPARAM;
+	err = client_create(opts, false, &c);
+	if (err)
+		return err;
+	err = conn_open(c, &c->conn, opts->address);
+	if (!err)
+		err = client_start(c);
+	if (!err)
+		err = authenticate(c);
+	if (err) {
+		kvs_client_close(c);
+		return err;
+	}
+	*out = c;
+	return 0;
 }
 
 int kvs_client_connect(const struct kvs_client_opts *opts,
@@ -848,6 +1206,14 @@ void kvs_client_counters(const struct kvs_client *client,
 	out->timeouts = client->counters.timeouts;
 	out->corrupt_dropped = __atomic_load_n(
 		&client->counters.corrupt_dropped, __ATOMIC_RELAXED);
+	out->fallbacks =
+		__atomic_load_n(&client->counters.fallbacks, __ATOMIC_RELAXED);
+	out->marked_down = __atomic_load_n(&client->counters.marked_down,
+					   __ATOMIC_RELAXED);
+	out->under_replicated = __atomic_load_n(
+		&client->counters.under_replicated, __ATOMIC_RELAXED);
+	out->repairs =
+		__atomic_load_n(&client->counters.repairs, __ATOMIC_RELAXED);
 }
 
 void kvs_client_close(struct kvs_client *c)
@@ -864,7 +1230,15 @@ void kvs_client_close(struct kvs_client *c)
 		pthread_join(c->thread, NULL);
 	}
 	/* the thread is gone: this thread may touch UCX now */
-	if (c->conn.ep || c->conn.closing) {
+	if (c->route) {
+		for (int i = 0; !route_shutdown(c->route, i > 0) && i < 1000000;
+		     i++) {
+			ucp_worker_progress(c->ucx.worker);
+			run_deferred(c);
+		}
+		route_destroy(c->route);
+		c->route = NULL;
+	} else if (c->conn.ep || c->conn.closing) {
 		conn_fail(&c->conn, -KVS_ECONN);
 		for (int i = 0; c->conn.closing && i < 1000000; i++) {
 			ucp_worker_progress(c->ucx.worker);

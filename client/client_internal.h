@@ -7,6 +7,12 @@
  *   client.c  the public API: the progress thread, the submission
  *             queue, handles, synchronous forms
  *   device.c  kvs_client_get_to_device (CUDA builds)
+ *   nodes.c   a cluster client: its members (an etcd view or a fixed
+ *             list), one lazily made connection per member, the
+ *             handshake of those connections on the progress thread
+ *   route.c   a cluster client's calls: each item placed by rendezvous
+ *             hashing, sent to its nodes in rounds (batched per node),
+ *             falling back on misses and failures
  *
  * UCX is driven by whoever holds client->progress: a thread waiting for
  * its own request (so a synchronous call costs no hop between threads),
@@ -29,6 +35,9 @@
 #define CONN_HASH 256u
 
 struct kvs_conn;
+struct kvs_node;
+struct route;
+struct route_op;
 
 struct kvs_client_req {
 	struct kvs_client *cl;
@@ -71,12 +80,24 @@ struct kvs_client_req {
 	int status;
 	kvs_client_cb cb;
 	void *arg;
+	/* a request of the client's own (a cluster call's part, a
+	 * handshake): on_done runs on the progress thread once UCX is
+	 * left (client->deferred) and owns the request from then on */
+	void (*on_done)(struct kvs_client_req *req);
+	void *owner;
+	uint32_t *items; /* a part: its items' indexes in the call */
+	uint32_t part_node; /* a part: its node's index in the call */
+	void *part_mem; /* a part's own arrays (freed with it) */
+	struct route_op *op; /* a cluster call (the caller's handle) */
 };
 
 struct kvs_conn {
 	struct kvs_client *cl;
+	const char *address; /* the server's, for the log */
+	struct kvs_node *node; /* a cluster member's connection, or NULL */
 	ucp_ep_h ep;
 	bool broken; /* failed or timed out: everything fails */
+	bool timed_out; /* broken by a request past its deadline */
 	bool closing;
 	void *close_req;
 	int fail_status;
@@ -84,6 +105,13 @@ struct kvs_conn {
 	struct kvs_client_limits limits;
 	uint32_t inflight;
 	struct kvs_client_req *table[CONN_HASH];
+	/* a cluster member's: requests waiting for the handshake or for
+	 * room under max_inflight, and the list of closing connections */
+	bool ready;
+	bool handshake; /* a hello or proof of it is out (or deferred) */
+	struct kvs_client_req *pending, **pending_tail;
+	uint8_t nonce[KVS_PROTO_NONCE_SIZE];
+	struct kvs_conn *next;
 };
 
 struct kvs_client {
@@ -106,9 +134,44 @@ struct kvs_client {
 	bool stopping;
 	uint64_t next_id;
 	struct kvs_client_counters counters;
+	/* a cluster client (kvs_client_connect_cluster), else NULL */
+	struct route *route;
+	/* finished requests with on_done (the progress thread's) */
+	struct kvs_client_req *deferred, **deferred_tail;
 };
 
 uint64_t client_now_ns(void);
+
+/* client.c: building requests (the public calls and cluster parts) */
+struct kvs_client_req *req_new(uint16_t opcode, uint32_t count, size_t body_len,
+			       uint32_t flags);
+/* Keys as a request payload; 0 or -ENOMEM. */
+int req_keys_payload(struct kvs_client_req *req,
+		     const struct kvs_store_key *keys, size_t n);
+/* A PUT of @n objects sent from the caller's memory. */
+int req_put_new(const uint8_t *const *objs, const size_t *lens, size_t n,
+		enum kvs_durability durability, struct kvs_client_req **out);
+int req_tail_put_new(const uint8_t *request_id, const uint8_t *tail, size_t len,
+		     uint32_t ttl_ms, struct kvs_client_req **out);
+struct kvs_client_req *req_tail_take_new(const uint8_t *request_id);
+/* Gives @req the next request id and encodes its frame header. */
+void req_seal(struct kvs_client *cl, struct kvs_client_req *req,
+	      uint64_t deadline_ns);
+/* Checks the objects a reply landed (misses for those that fail). */
+void req_verify(struct kvs_client_req *req);
+void req_free(struct kvs_client_req *req);
+/* Queues a request built by a public call; see kvs_client_*_async. */
+int client_submit(struct kvs_client *c, struct kvs_client_req *req,
+		  uint32_t timeout_ms, kvs_client_cb cb, void *arg,
+		  struct kvs_client_req **req_out);
+/* A client with its worker (replies to conn_on_reply, or with @cluster
+ * to route_on_reply), connected to nothing; 0 or the error (logged). */
+int client_create(const struct kvs_client_opts *opts, bool cluster,
+		  struct kvs_client **out);
+/* Starts the progress thread. */
+int client_start(struct kvs_client *c);
+/* The STAT counters of a reply, decoded. */
+void client_stat_decode(const uint64_t *v, struct kvs_client_stat *out);
 
 /* conn.c (progress thread) */
 int conn_open(struct kvs_client *cl, struct kvs_conn *conn,
@@ -133,5 +196,73 @@ ucs_status_t conn_on_reply(void *arg, const void *header, size_t header_len,
 
 /* client.c: a request is finished (status set): wake or call back. */
 void req_complete(struct kvs_client_req *req);
+
+/* ---- a cluster client (nodes.c, route.c; progress thread) ---- */
+
+/* A call of a cluster client, as the public functions describe it. */
+enum route_kind {
+	ROUTE_GET,
+	ROUTE_EXISTS,
+	ROUTE_LOOKUP,
+	ROUTE_PUT,
+	ROUTE_DELETE,
+	ROUTE_TAIL_PUT,
+	ROUTE_TAIL_TAKE,
+	ROUTE_STAT,
+};
+
+struct route_call {
+	enum route_kind kind;
+	const struct kvs_store_key *keys;
+	size_t n;
+	void *const *bufs;
+	const size_t *caps;
+	size_t *lens;
+	int *results;
+	bool *present;
+	const uint8_t *const *objs;
+	const size_t *obj_lens;
+	enum kvs_durability durability;
+	unsigned replicas; /* 0: the client's */
+	const uint8_t (*spans)[KVS_ID_SIZE];
+	size_t n_spans;
+	const uint32_t *layers;
+	size_t n_layers;
+	size_t *prefix;
+	const uint8_t *request_id;
+	const uint8_t *tail;
+	size_t tail_len;
+	uint32_t ttl_ms;
+	void *tail_buf;
+	size_t tail_cap;
+	size_t *tail_out;
+	struct kvs_client_node *nodes; /* STAT: one per member */
+	size_t n_nodes;
+};
+
+/* route.c: queues a cluster call (the caller's handle or callback as
+ * for the *_async calls). */
+int route_submit(struct kvs_client *c, const struct route_call *call,
+		 kvs_client_cb cb, void *arg, struct kvs_client_req **req_out);
+/* route.c: starts a queued call (progress thread). */
+void route_start(struct route *rt, struct kvs_client_req *req);
+/* route.c: the call's members, as a node list for kvs_client_nodes. */
+int route_members(struct route *rt, struct kvs_client_node **out, size_t *n);
+
+/* nodes.c */
+/* One turn of the cluster's own work: closing connections, pending
+ * requests, deadlines, the member view; true if it did something. */
+bool route_progress(struct route *rt, uint64_t now, bool check);
+/* Whether anything is in flight or closing. */
+bool route_busy(struct route *rt);
+/* Closes every connection (the client stops); true once all are idle. */
+bool route_shutdown(struct route *rt, bool force);
+void route_destroy(struct route *rt);
+/* A member's connection failed (conn_fail): marks the node down. */
+void route_conn_failed(struct kvs_conn *conn, int status);
+/* The handler of replies on a cluster client's worker. */
+ucs_status_t route_on_reply(void *arg, const void *header, size_t header_len,
+			    void *data, size_t len,
+			    const ucp_am_recv_param_t *param);
 
 #endif

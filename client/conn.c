@@ -71,7 +71,7 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 	struct kvs_conn *conn = arg;
 
 	kvs_log(KVS_LOG_INFO, "kvstash client: connection to %s lost: %s",
-		conn->cl->address, ucs_status_string(status));
+		conn->address, ucs_status_string(status));
 	conn_fail(conn, -KVS_ECONN);
 }
 
@@ -396,6 +396,8 @@ void conn_fail(struct kvs_conn *conn, int status)
 		return;
 	conn->broken = true;
 	conn->fail_status = status;
+	if (conn->node)
+		route_conn_failed(conn, status);
 	for (unsigned h = 0; h < CONN_HASH; h++)
 		for (struct kvs_client_req *r = conn->table[h]; r;
 		     r = r->hnext) {
@@ -453,7 +455,8 @@ void conn_check_deadlines(struct kvs_conn *conn, uint64_t now)
 				kvs_log(KVS_LOG_INFO,
 					"kvstash client: %s to %s timed out",
 					kvs_proto_opcode_name(r->opcode),
-					conn->cl->address);
+					conn->address);
+				conn->timed_out = true;
 				conn_fail(conn, -KVS_ECONN);
 				return;
 			}

@@ -823,3 +823,48 @@ void kvs_cli_json_finish(struct kvs_cli_json *j)
 {
 	fputc('\n', j->f);
 }
+
+int kvs_cli_take_repeated(const char *cmd, const char *name, int argc,
+			  char **argv, char **rest, int *n_rest, char **joined)
+{
+	size_t len = 0, nlen = strlen(name);
+	char *list = NULL;
+
+	*n_rest = 0;
+	for (int i = 0; i < argc; i++) {
+		const char *v = NULL;
+		char *grown;
+
+		if (strcmp(argv[i], "--") == 0) {
+			while (i < argc)
+				rest[(*n_rest)++] = argv[i++];
+			break;
+		}
+		if (i > 0 && strncmp(argv[i], "--", 2) == 0 &&
+		    strncmp(argv[i] + 2, name, nlen) == 0 &&
+		    argv[i][2 + nlen] == '\0') {
+			if (i + 1 == argc) {
+				free(list);
+				kvs_cli_error(cmd, "--%s: missing value", name);
+				return -KVS_EPARAM;
+			}
+			v = argv[++i];
+		} else if (i > 0 && strncmp(argv[i], "--", 2) == 0 &&
+			   strncmp(argv[i] + 2, name, nlen) == 0 &&
+			   argv[i][2 + nlen] == '=') {
+			v = argv[i] + 3 + nlen;
+		} else {
+			rest[(*n_rest)++] = argv[i];
+			continue;
+		}
+		grown = realloc(list, len + strlen(v) + 2);
+		if (!grown) {
+			free(list);
+			return -ENOMEM;
+		}
+		list = grown;
+		len += (size_t)sprintf(list + len, "%s%s", len ? "," : "", v);
+	}
+	*joined = list;
+	return 0;
+}

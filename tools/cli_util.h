@@ -152,6 +152,17 @@ int kvs_cli_parse(const char *cmd, int argc, char **argv,
  */
 int kvs_cli_usage(const char *cmd, const char *usage, int parse_rc);
 
+/*
+ * kvs_cli_take_repeated - an option that may be given several times,
+ * each a value or a comma-separated list: takes every --@name VALUE and
+ * --@name=VALUE out of argv[1 .. argc) and joins the values with commas
+ * into *@joined (malloc'd; NULL when none).  The other words, argv[0]
+ * first and in order, go to @rest (argc entries), their count to
+ * *@n_rest, for kvs_cli_parse.  0, or -KVS_EPARAM after printing why.
+ */
+int kvs_cli_take_repeated(const char *cmd, const char *name, int argc,
+			  char **argv, char **rest, int *n_rest, char **joined);
+
 /* Parses a decimal unsigned integer in [min, max]; 0 or -KVS_EPARAM
  * after printing "kvstash @cmd: --@opt: ...".  @out untouched on error. */
 int kvs_cli_parse_u64(const char *cmd, const char *opt, const char *s,

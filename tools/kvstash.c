@@ -23,12 +23,15 @@ static const char bench_usage[] =
 	"--help)\n"
 	"       kvstash bench store --dir DIR [options]\n"
 	"       kvstash bench trace TRACE [options]\n"
+	"       kvstash bench transport --server HOST:PORT [options]\n"
+	"       kvstash bench cluster --server A,B,C [options]\n"
 	"\n"
 	"format: pack, unpack and verify on one core beside memcpy.\n"
 	"store: the store engine's DRAM and NVMe throughput and recovery.\n"
 	"trace: a serving trace replayed through the store beside an LRU,\n"
 	"       2-bit against fp16 (docs/REPLAY.md).\n"
-	"transport: a kvstashd's get/put throughput and lookup latency.\n";
+	"transport: a kvstashd's get/put throughput and lookup latency.\n"
+	"cluster: the same against 1, 2, ... nodes as a cluster.\n";
 
 static int cmd_bench(int argc, char **argv)
 {
@@ -41,6 +44,8 @@ static int cmd_bench(int argc, char **argv)
 #if KVS_HAVE_UCX
 	if (argc >= 2 && strcmp(argv[1], "transport") == 0)
 		return kvs_bench_transport(argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "cluster") == 0)
+		return kvs_bench_cluster(argc - 1, argv + 1);
 #endif
 	if (argc >= 2 &&
 	    (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0))
@@ -49,7 +54,7 @@ static int cmd_bench(int argc, char **argv)
 		return kvs_cli_usage_error("bench", "unknown benchmark '%s'",
 					   argv[1]);
 	return kvs_cli_usage_error("bench", "which benchmark? format, store, "
-					    "trace or transport");
+					    "trace, transport or cluster");
 }
 
 static const struct command commands[] = {
@@ -63,7 +68,7 @@ static const struct command commands[] = {
 	{ "store", kvs_cmd_store, true,
 	  "put/get/stat/fsck on a store directory" },
 	{ "bench", cmd_bench, true,
-	  "benchmarks: format, store, trace, transport" },
+	  "benchmarks: format, store, trace, transport, cluster" },
 };
 
 static void usage(void)
@@ -99,7 +104,9 @@ int main(int argc, char **argv)
 	}
 #if KVS_HAVE_UCX
 	if (strncmp(argv[1], "--server", 8) == 0 ||
-	    strncmp(argv[1], "--auth-key-file", 15) == 0) {
+	    strncmp(argv[1], "--auth-key-file", 15) == 0 ||
+	    strncmp(argv[1], "--etcd", 6) == 0 ||
+	    strncmp(argv[1], "--cluster", 9) == 0) {
 		kvs_cli_begin("remote");
 		return kvs_cli_end(kvs_cmd_remote(argc, argv));
 	}

@@ -24,10 +24,11 @@
 #include "kvstash/log.h"
 #include "kvstash/store.h"
 #include "kvstash/transport.h"
+#include "kvstashd_cluster.h"
 #include "transport/keyfile.h"
 
 #define MAX_TENANTS 256
-#define N_OPTS 22
+#define N_OPTS 29
 
 static const char usage[] =
 	"usage: kvstashd --listen HOST:PORT --dir DIR --auth-key-file FILE\n"
@@ -43,23 +44,38 @@ static const char usage[] =
 	"                [--log-level error|warn|info|debug] [--log-file "
 	"FILE]\n"
 	"                [--ready-file FILE] [--shared-memory]\n"
+	"                [--etcd http://HOST:PORT[,...] --cluster NAME "
+	"--node-id ID\n"
+	"                 [--advertise HOST:PORT] [--advertise-capacity "
+	"BYTES]\n"
+	"                 [--lease-ttl S] [--etcd-timeout-ms N]]\n"
 	"\n"
 	"Serves the store in DIR (created if missing) to kvstash clients.\n"
 	"Port 0 picks a free port; the line 'kvstashd: listening on ...' and\n"
 	"--ready-file (\"PORT METRICS_PORT\") tell which.  SIGTERM drains and\n"
 	"exits 0; SIGHUP reopens --log-file.  --shared-memory lets clients of\n"
 	"this host use UCX's shared-memory transports (faster; a client\n"
-	"killed while it sends can stall them: see docs/PROTOCOL.md).\n";
+	"killed while it sends can stall them: see docs/PROTOCOL.md).\n"
+	"With --etcd the node joins cluster NAME (docs/CLUSTER.md): it\n"
+	"registers ID with the listen address (or --advertise) and the\n"
+	"store's capacity under a lease of --lease-ttl seconds (10), serves\n"
+	"while etcd is away and registers once it answers; SIGTERM leaves\n"
+	"the cluster before draining.\n";
 
 struct daemon_args {
 	const char *listen, *dir, *key_file, *metrics, *config, *durability;
 	const char *namespaces, *log_level, *log_file, *ready_file;
+	const char *etcd, *cluster, *node_id, *advertise;
 	uint64_t dram, nvme, segment, max_object, max_payload, tail_capacity;
+	uint64_t advertise_capacity;
 	uint32_t max_batch, max_inflight, max_conns, tail_ttl;
+	uint32_t lease_ttl, etcd_timeout_ms;
 	bool shared_memory;
 };
 
 static struct kvs_server *the_server;
+/* with --etcd: SIGTERM leaves the cluster first, then stops the server */
+static struct kvsd_cluster *the_cluster;
 
 /* The store's DRAM arena, as its registration option hands it over:
  * mapped with the server's UCX context once the server exists. */
@@ -85,7 +101,9 @@ static void on_signal(int sig)
 		reopen_log = 1;
 		return;
 	}
-	if (the_server)
+	if (the_cluster)
+		kvsd_cluster_leave(the_cluster);
+	else if (the_server)
 		kvs_server_stop(the_server);
 }
 
@@ -129,6 +147,15 @@ static void opts_table(struct daemon_args *a, struct kvs_cli_opt *o)
 		KVS_OPT_STR("log-file", &a->log_file, false),
 		KVS_OPT_STR("ready-file", &a->ready_file, false),
 		KVS_OPT_FLAG("shared-memory", &a->shared_memory),
+		KVS_OPT_STR("etcd", &a->etcd, false),
+		KVS_OPT_STR("cluster", &a->cluster, false),
+		KVS_OPT_STR("node-id", &a->node_id, false),
+		KVS_OPT_STR("advertise", &a->advertise, false),
+		KVS_OPT_SIZE("advertise-capacity", &a->advertise_capacity, 1,
+			     INT64_MAX, false),
+		KVS_OPT_U32("lease-ttl", &a->lease_ttl, 1, 3600, false),
+		KVS_OPT_U32("etcd-timeout-ms", &a->etcd_timeout_ms, 1, 600000,
+			    false),
 	};
 
 	memcpy(o, t, sizeof(t));
@@ -262,6 +289,65 @@ static int write_ready(const char *path, int port, int mport)
 	return 0;
 }
 
+/*
+ * The address the node registers: --advertise, else the listen address
+ * with the port the listener got (port 0 picks one).  A wildcard host
+ * cannot be reached as such: --advertise must say where.
+ */
+static int advertised(const struct daemon_args *a, int port, char *out,
+		      size_t size)
+{
+	const char *colon = strrchr(a->listen, ':');
+	int hlen = colon ? (int)(colon - a->listen) : 0;
+
+	if (a->advertise) {
+		snprintf(out, size, "%s", a->advertise);
+		return 0;
+	}
+	if (hlen == 0 || strncmp(a->listen, "0.0.0.0:", 8) == 0 ||
+	    strncmp(a->listen, "[::]:", 5) == 0) {
+		kvs_cli_error("kvstashd",
+			      "--listen %s is no address clients can reach: "
+			      "give --advertise HOST:PORT",
+			      a->listen);
+		return -KVS_EPARAM;
+	}
+	snprintf(out, size, "%.*s:%d", hlen, a->listen, port);
+	return 0;
+}
+
+/* Joins the cluster of --etcd (the daemon's capacity by default). */
+static int join_cluster(const struct daemon_args *a, struct kvs_store *store)
+{
+	struct kvsd_cluster_args ca = {
+		.etcd = a->etcd,
+		.cluster = a->cluster,
+		.node_id = a->node_id,
+		.ttl_s = a->lease_ttl,
+		.timeout_ms = a->etcd_timeout_ms,
+		.capacity = a->advertise_capacity,
+	};
+	char address[300];
+	int err;
+
+	err = advertised(a, kvs_server_port(the_server, 0), address,
+			 sizeof(address));
+	if (err)
+		return err;
+	if (!ca.capacity) {
+		struct kvs_store_stats st;
+
+		kvs_store_stats_get(store, &st);
+		ca.capacity = st.dram.capacity + st.nvme.capacity;
+	}
+	ca.address = address;
+	err = kvsd_cluster_start(&ca, the_server, &the_cluster);
+	if (err)
+		fprintf(stderr, "kvstashd: cluster %s: %s\n", a->cluster,
+			kvs_strerror(err));
+	return err;
+}
+
 static int setup(struct daemon_args *a, struct kvs_server_opts *so,
 		 struct kvs_server_tenant *tenants, size_t *n_tenants)
 {
@@ -272,6 +358,18 @@ static int setup(struct daemon_args *a, struct kvs_server_opts *so,
 			      !a->listen ? "listen"
 			      : !a->dir	 ? "dir"
 					 : "auth-key-file");
+		return -KVS_EPARAM;
+	}
+	if ((a->cluster || a->node_id || a->advertise) && !a->etcd) {
+		kvs_cli_error("kvstashd", "--%s needs --etcd",
+			      a->cluster   ? "cluster"
+			      : a->node_id ? "node-id"
+					   : "advertise");
+		return -KVS_EPARAM;
+	}
+	if (a->etcd && (!a->cluster || !a->node_id)) {
+		kvs_cli_error("kvstashd", "--etcd needs --%s",
+			      !a->cluster ? "cluster" : "node-id");
 		return -KVS_EPARAM;
 	}
 	if (a->log_level && parse_log_level(a->log_level))
@@ -325,6 +423,7 @@ int main(int argc, char **argv)
 	struct kvs_store *store = NULL;
 	struct sigaction sa = { .sa_handler = on_signal };
 	struct arena arena = { 0 };
+	struct kvsd_cluster *cluster;
 	size_t n_tenants = 0;
 	int rc, err, cerr;
 
@@ -377,10 +476,19 @@ int main(int argc, char **argv)
 		fprintf(stderr, ", metrics on port %d",
 			kvs_server_port(the_server, 1));
 	fprintf(stderr, ", %zu tenants, store %s\n", n_tenants, a.dir);
+	if (a.etcd && join_cluster(&a, store)) {
+		kvs_server_destroy(the_server);
+		kvs_store_close(store);
+		return KVS_EXIT_FAIL;
+	}
 	if (a.ready_file)
 		write_ready(a.ready_file, kvs_server_port(the_server, 0),
 			    kvs_server_port(the_server, 1));
 	err = kvs_server_run(the_server);
+	/* leaves the cluster (if the server stopped by itself) */
+	cluster = the_cluster;
+	the_cluster = NULL;
+	kvsd_cluster_stop(cluster);
 	kvs_server_destroy(the_server);
 	the_server = NULL;
 	cerr = kvs_store_close(store);

@@ -242,6 +242,12 @@ static void on_reply_sent(void *request, ucs_status_t status, void *user_data)
 
 	if (request)
 		ucp_request_free(request);
+	if (r->sprev) {
+		*r->sprev = r->snext;
+		if (r->snext)
+			r->snext->sprev = r->sprev;
+		r->sprev = NULL;
+	}
 	r->conn->sending--;
 	if (r->close_after)
 		conn_request_close(r->conn);
@@ -283,8 +289,14 @@ void reply_send(struct kvs_server *srv, struct srv_reply *r)
 	c->sending++;
 	sreq = ucp_am_send_nbx(c->ep, KVS_PROTO_AM_REPLY, r->frame,
 			       r->frame_len, data, count, &param);
-	if (UCS_PTR_IS_PTR(sreq))
+	if (UCS_PTR_IS_PTR(sreq)) {
+		r->snext = srv->sending_replies;
+		if (r->snext)
+			r->snext->sprev = &r->snext;
+		r->sprev = &srv->sending_replies;
+		srv->sending_replies = r;
 		return;
+	}
 	on_reply_sent(NULL, UCS_PTR_STATUS(sreq), r);
 }
 
@@ -919,6 +931,18 @@ void kvs_server_destroy(struct kvs_server *srv)
 		req_done(req);
 	}
 	kvs_ucx_fini(&srv->ucx);
+	/* sends UCX never finished (a peer gone mid-rendezvous): the worker
+	 * is gone, so their buffers and store references are free now */
+	while (srv->sending_replies) {
+		struct srv_reply *r = srv->sending_replies;
+
+		srv->sending_replies = r->snext;
+		kvs_log(KVS_LOG_INFO,
+			"kvstashd: connection %llu: a reply never sent "
+			"released",
+			(unsigned long long)r->conn->id);
+		reply_free(r);
+	}
 	tails_destroy(srv->tails);
 	for (size_t i = 0; i < srv->n_tenants; i++)
 		EVP_MD_CTX_free(srv->tenants[i].ns_prefix);

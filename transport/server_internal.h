@@ -84,6 +84,8 @@ struct srv_reply {
 	struct kvs_store_ref **refs;
 	size_t n_refs;
 	uint8_t *owned; /* header copies, a tail: freed after the send */
+	/* while UCX holds its send: on the server's list of them */
+	struct srv_reply *snext, **sprev;
 };
 
 /* Counters read by /metrics (relaxed atomics). */
@@ -123,6 +125,10 @@ struct kvs_server {
 	struct srv_conn *by_ep[SRV_HASH];
 	uint32_t n_conns;
 	struct srv_req *ready, **ready_tail;
+	/* replies whose send UCX has not called back yet: a send to a peer
+	 * gone mid-rendezvous may never be; freed (their store references
+	 * released) once the worker is destroyed */
+	struct srv_reply *sending_replies;
 	struct srv_req *receiving; /* rendezvous receives in flight */
 	int store_fd; /* the store's completion event fd */
 	ucp_mem_h arena_memh; /* the store's DRAM arena, mapped */

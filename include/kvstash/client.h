@@ -23,6 +23,17 @@
  *
  * Batches hold at most the server's max_batch items (kvs_client_limits);
  * a larger one is refused with -KVS_EBATCH before anything is sent.
+ *
+ * A cluster client (kvs_client_connect_cluster) reaches many kvstashd
+ * nodes through the same calls: the members come from etcd (watched) or
+ * from a fixed list, each block goes to the members that weighted
+ * rendezvous hashing ranks first (docs/CLUSTER.md), one connection per
+ * member, made on first use.  A node that fails or does not answer
+ * within node_timeout_ms is marked down for backoff_ms and its items go
+ * to the next ranked member; a batch is split per node and sent in
+ * parallel.  Misses are allowed, wrong blocks never: every block is
+ * checked as above wherever it comes from.  A timeout there closes only
+ * that node's connection; the client goes on.
  */
 #ifndef KVSTASH_CLIENT_H
 #define KVSTASH_CLIENT_H
@@ -56,6 +67,49 @@ struct kvs_client_opts {
 
 void kvs_client_opts_default(struct kvs_client_opts *opts);
 
+#define KVS_CLIENT_REPLICAS_MAX 8
+#define KVS_CLIENT_CLUSTER_BATCH 4096 /* items of one cluster call */
+
+struct kvs_client_cluster_opts {
+	/* the members: etcd's client URLs "http://H:P[,...]" and the
+	 * cluster name, or instead a fixed list "HOST:PORT[,HOST:PORT...]"
+	 * (each with capacity 1; its id is the address, ':' and other
+	 * characters outside [A-Za-z0-9._-] made '_') */
+	const char *etcd;
+	const char *cluster;
+	const char *servers;
+	const char *key_file; /* as kvs_client_opts */
+	uint32_t timeout_ms; /* each call, its fallbacks included (10000) */
+	uint32_t node_timeout_ms; /* one request to one node, and a
+				     connection's handshake (2000) */
+	uint32_t backoff_ms; /* a node that failed is skipped (5000) */
+	uint32_t etcd_timeout_ms; /* each etcd call (2000) */
+	/* copies a put writes (the top-ranked members that answer) and
+	 * members a read asks in rank order before it calls a miss (1) */
+	unsigned replicas;
+	/* read repair: a get that finds a block past a live member that
+	 * should hold it (it answered 'miss') writes the block back there,
+	 * so copies lost with a node come back as blocks are read */
+	bool repair_replicas;
+	bool shared_memory; /* as kvs_client_opts */
+};
+
+void kvs_client_cluster_opts_default(struct kvs_client_cluster_opts *opts);
+
+/*
+ * kvs_client_connect_cluster - a client of many kvstashd nodes.  With
+ * opts->etcd, reads the members of opts->cluster (and then watches
+ * them: joins and leaves reach the client within the lease time); with
+ * opts->servers, uses that list.  Connects to no node yet.  Returns 0
+ * and *@out (release with kvs_client_close), -KVS_EPARAM for bad options
+ * or key file, or the etcd error when the first read of the members
+ * failed (-ETIMEDOUT, -ECONNREFUSED, ...).  When etcd stops answering
+ * later, the client goes on with the last members it saw (logged once;
+ * kvs_client_membership says so).
+ */
+int kvs_client_connect_cluster(const struct kvs_client_cluster_opts *opts,
+			       struct kvs_client **out);
+
 /*
  * kvs_client_connect - connect and authenticate (HMAC challenge-response;
  * the key never crosses the wire).  Returns 0 and *@out (release with
@@ -77,9 +131,14 @@ struct kvs_client_limits {
 void kvs_client_limits(const struct kvs_client *client,
 		       struct kvs_client_limits *out);
 
-/* Blocks this client refused after receiving them (failed a check). */
+/* Requests, timeouts, blocks this client refused after receiving them
+ * (failed a check); and, for a cluster client: items that went past
+ * their first node (fallbacks), nodes marked down, puts that made fewer
+ * copies than asked (though at least one), copies written back by read
+ * repair. */
 struct kvs_client_counters {
 	uint64_t requests, timeouts, corrupt_dropped;
+	uint64_t fallbacks, marked_down, under_replicated, repairs;
 };
 void kvs_client_counters(const struct kvs_client *client,
 			 struct kvs_client_counters *out);
@@ -135,7 +194,20 @@ int kvs_client_put_async(struct kvs_client *c, const uint8_t *const *objs,
 			 kvs_client_cb cb, void *arg,
 			 struct kvs_client_req **req_out);
 
-/* results[i]: 0, or -KVS_ENOTFOUND when there was nothing to delete. */
+/* The same with @replicas copies (1..KVS_CLIENT_REPLICAS_MAX) on a
+ * cluster client: results[i] is 0 once at least one node holds objs[i]
+ * (fewer than @replicas: counted as under_replicated), else the refusal
+ * or the failure.  A one-server client writes one copy. */
+int kvs_client_put_replicas_async(struct kvs_client *c,
+				  const uint8_t *const *objs,
+				  const size_t *lens, size_t n,
+				  enum kvs_durability durability,
+				  unsigned replicas, int *results,
+				  kvs_client_cb cb, void *arg,
+				  struct kvs_client_req **req_out);
+
+/* results[i]: 0, or -KVS_ENOTFOUND when there was nothing to delete.  A
+ * cluster client deletes on every live member. */
 int kvs_client_delete_async(struct kvs_client *c,
 			    const struct kvs_store_key *keys, size_t n,
 			    int *results, kvs_client_cb cb, void *arg,
@@ -170,6 +242,10 @@ int kvs_client_get(struct kvs_client *c, const struct kvs_store_key *keys,
 int kvs_client_put(struct kvs_client *c, const uint8_t *const *objs,
 		   const size_t *lens, size_t n, enum kvs_durability durability,
 		   int *results);
+int kvs_client_put_replicas(struct kvs_client *c, const uint8_t *const *objs,
+			    const size_t *lens, size_t n,
+			    enum kvs_durability durability, unsigned replicas,
+			    int *results);
 int kvs_client_delete(struct kvs_client *c, const struct kvs_store_key *keys,
 		      size_t n, int *results);
 int kvs_client_tail_put(struct kvs_client *c,
@@ -185,7 +261,40 @@ struct kvs_client_stat {
 	uint64_t tails, tail_bytes, tails_expired;
 	uint64_t connections, uptime_s;
 };
+/* A cluster client sums the counters of the members that answered
+ * (an error only when none did). */
 int kvs_client_stat(struct kvs_client *c, struct kvs_client_stat *out);
+
+/* One member of a cluster client (a one-server client: its server). */
+struct kvs_client_node {
+	char id[65];
+	char address[256];
+	uint64_t capacity; /* as registered: the placement weight */
+	bool marked_down; /* this client skips it for now */
+	int status; /* 0: @stat is its answer; else why there was none */
+	struct kvs_client_stat stat;
+};
+
+/*
+ * kvs_client_nodes - the members now; with @ask, each asked for its STAT
+ * (in parallel, each within node_timeout_ms), else none is (status 0,
+ * stat zero).  *@out: an array of *@n the caller frees (free()).
+ * Returns 0 or -ENOMEM.
+ */
+int kvs_client_nodes(struct kvs_client *c, bool ask,
+		     struct kvs_client_node **out, size_t *n);
+
+/* Where a cluster client's members come from, and how current they are. */
+struct kvs_client_membership {
+	bool etcd; /* an etcd view (else a fixed list) */
+	bool reachable; /* etcd answers (a fixed list: true) */
+	int64_t unreachable_ms; /* how long it has not */
+	uint64_t generation; /* grows with every change of the members */
+	size_t members;
+	uint64_t reconnects, resyncs; /* of the watch */
+};
+void kvs_client_membership(struct kvs_client *c,
+			   struct kvs_client_membership *out);
 
 /*
  * kvs_client_get_to_device - gets keys[i] into GPU memory at dev_bufs[i]

@@ -102,7 +102,7 @@ static bool healthy(const char *endpoint)
 static pid_t spawn(const struct test_etcd *etcd, const char *binary)
 {
 	char data[PATH_MAX + 8], log[PATH_MAX + 16];
-	char client[64], peer[64], cluster[96];
+	char client[64], peer[64], cluster[96], listen[1024];
 	pid_t parent = getpid();
 	pid_t pid;
 
@@ -112,6 +112,15 @@ static pid_t spawn(const struct test_etcd *etcd, const char *binary)
 		 etcd->client_port);
 	snprintf(peer, sizeof(peer), "http://127.0.0.1:%d", etcd->peer_port);
 	snprintf(cluster, sizeof(cluster), "kvs-test=%s", peer);
+	snprintf(listen, sizeof(listen), "%s", client);
+	for (const char *h = etcd->hosts; *h;) {
+		size_t len = strcspn(h, ",");
+		size_t at = strlen(listen);
+
+		snprintf(listen + at, sizeof(listen) - at, ",http://%.*s:%d",
+			 (int)len, h, etcd->client_port);
+		h += len + (h[len] == ',');
+	}
 	pid = fork();
 	if (pid != 0)
 		return pid;
@@ -126,7 +135,7 @@ static pid_t spawn(const struct test_etcd *etcd, const char *binary)
 		close(fd);
 	}
 	execl(binary, binary, "--name", "kvs-test", "--data-dir", data,
-	      "--listen-client-urls", client, "--advertise-client-urls", client,
+	      "--listen-client-urls", listen, "--advertise-client-urls", client,
 	      "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 	      "--initial-cluster", cluster, "--initial-cluster-state", "new",
 	      "--logger", "zap", "--log-outputs", "stderr", "--log-level",
@@ -207,7 +216,13 @@ static void remove_tree(const char *path)
 
 int test_etcd_start(struct test_etcd *etcd)
 {
+	return test_etcd_start_on(etcd, "");
+}
+
+int test_etcd_start_on(struct test_etcd *etcd, const char *hosts)
+{
 	memset(etcd, 0, sizeof(*etcd));
+	snprintf(etcd->hosts, sizeof(etcd->hosts), "%s", hosts);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	if (make_dir(etcd))
 		return -1;

@@ -19,6 +19,7 @@ struct test_etcd {
 	pid_t pid; /* 0 while not running */
 	bool paused;
 	int client_port, peer_port;
+	char hosts[256]; /* more addresses it serves clients on, "A,B" */
 	char dir[PATH_MAX]; /* holds data/ and etcd.log */
 	char endpoint[64]; /* "http://127.0.0.1:<client_port>" */
 };
@@ -32,6 +33,10 @@ int test_free_port(void);
 /* Starts a new etcd (new directory, new ports) and waits until it
  * answers /health.  0 or -1 (with a message on stderr). */
 int test_etcd_start(struct test_etcd *etcd);
+
+/* The same, serving clients on the addresses @hosts ("A,B": interfaces
+ * of this host) too, on the same port. */
+int test_etcd_start_on(struct test_etcd *etcd, const char *hosts);
 
 /* SIGKILL, and waits for it; the data stays. */
 void test_etcd_kill(struct test_etcd *etcd);

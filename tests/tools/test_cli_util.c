@@ -349,6 +349,44 @@ static void test_options(void **state)
 	assert_int_equal(PARSE("--head", "1"), -KVS_EPARAM);
 }
 
+/* An option given several times, each a value or a list. */
+static void test_repeated(void **state)
+{
+	char *argv[] = { "t",	 "--server",	 "a:1,b:2",
+			 "stat", "--server=c:3", "--json",
+			 "--",	 "--server",	 "d:4" };
+	char *none[] = { "t", "stat", "--servers", "x" };
+	char *rest[9], *joined = NULL;
+	int n_rest;
+
+	(void)state;
+	assert_int_equal(kvs_cli_take_repeated("t", "server", 9, argv, rest,
+					       &n_rest, &joined),
+			 0);
+	assert_string_equal(joined, "a:1,b:2,c:3");
+	/* the rest in order; after "--" nothing is taken */
+	assert_int_equal(n_rest, 6);
+	assert_string_equal(rest[0], "t");
+	assert_string_equal(rest[1], "stat");
+	assert_string_equal(rest[2], "--json");
+	assert_string_equal(rest[3], "--");
+	assert_string_equal(rest[4], "--server");
+	assert_string_equal(rest[5], "d:4");
+	free(joined);
+	/* a longer name is another option; none given: NULL */
+	joined = (char *)"unchanged";
+	assert_int_equal(kvs_cli_take_repeated("t", "server", 4, none, rest,
+					       &n_rest, &joined),
+			 0);
+	assert_null(joined);
+	assert_int_equal(n_rest, 4);
+	/* a value missing at the end: a usage error */
+	assert_int_equal(kvs_cli_take_repeated("t", "server", 2,
+					       (char *[]){ "t", "--server" },
+					       rest, &n_rest, &joined),
+			 -KVS_EPARAM);
+}
+
 static void test_files(void **state)
 {
 	char dir[] = "/tmp/kvs-cli-util-XXXXXX";
@@ -448,6 +486,7 @@ int main(void)
 		cmocka_unit_test(test_messages),
 		cmocka_unit_test(test_same_file),
 		cmocka_unit_test(test_options),
+		cmocka_unit_test(test_repeated),
 		cmocka_unit_test(test_files),
 		cmocka_unit_test(test_json),
 		cmocka_unit_test(test_human_bytes),

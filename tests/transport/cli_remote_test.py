@@ -46,6 +46,15 @@ def pack(tmp, i, rng):
     return cli_store_test.pack(KVSTASH, tmp, i, rng)
 
 
+def check_gets(remote, ids, blocks, tmp):
+    """get ID --out FILE of each id gives the bytes of its block file."""
+    for i, ident in enumerate(ids):
+        dst = os.path.join(tmp, "got%d" % i)
+        run(*remote, "get", ident, "--out", dst, expect=0)
+        with open(dst, "rb") as a, open(blocks[i], "rb") as b:
+            check(a.read() == b.read(), "get %d: bytes differ" % i)
+
+
 def start_daemon(tmp):
     keys = os.path.join(tmp, "keys")
     with open(keys, "w") as f:
@@ -163,11 +172,7 @@ def main():
         check(out.split() == ids[:1], "put --durable printed %r" % out)
 
         # get: the bytes put
-        for i, ident in enumerate(ids):
-            dst = os.path.join(tmp, "got%d" % i)
-            run(*remote, "get", ident, "--out", dst, expect=0)
-            with open(dst, "rb") as a, open(blocks[i], "rb") as b:
-                check(a.read() == b.read(), "get %d: bytes differ" % i)
+        check_gets(remote, ids, blocks, tmp)
 
         # exists / delete / a miss: exit 3
         _, out, _ = run(*remote, "exists", *ids, expect=0)

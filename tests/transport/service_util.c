@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -141,7 +142,8 @@ const char *key_path(const struct daemon *d, const char *tenant)
 void daemon_start(struct daemon *d, const char *const *extra)
 {
 	const char *exe = getenv("KVSTASHD");
-	char ready[700];
+	const char *host = d->host ? d->host : "127.0.0.1";
+	char ready[700], listen[300];
 	const char *argv[64];
 	int argc = 0;
 	uint64_t deadline;
@@ -149,10 +151,17 @@ void daemon_start(struct daemon *d, const char *const *extra)
 
 	assert_non_null(exe);
 	snprintf(ready, sizeof(ready), "%s/ready", d->dir);
+	snprintf(listen, sizeof(listen), "%s:0", host);
 	unlink(ready);
+	if (d->netns) {
+		argv[argc++] = "ip";
+		argv[argc++] = "netns";
+		argv[argc++] = "exec";
+		argv[argc++] = d->netns;
+	}
 	argv[argc++] = exe;
 	argv[argc++] = "--listen";
-	argv[argc++] = "127.0.0.1:0";
+	argv[argc++] = listen;
 	argv[argc++] = "--dir";
 	argv[argc++] = d->store;
 	argv[argc++] = "--auth-key-file";
@@ -175,7 +184,12 @@ void daemon_start(struct daemon *d, const char *const *extra)
 	d->pid = fork();
 	assert_true(d->pid >= 0);
 	if (d->pid == 0) {
-		execv(exe, (char *const *)argv);
+		/* dies with the test, even one killed at its timeout */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (d->netns)
+			execvp(argv[0], (char *const *)argv);
+		else
+			execv(exe, (char *const *)argv);
 		_exit(127);
 	}
 	live_set(d);
@@ -193,7 +207,7 @@ void daemon_start(struct daemon *d, const char *const *extra)
 	}
 	assert_int_equal(fscanf(f, "%d %d", &d->port, &d->metrics_port), 2);
 	fclose(f);
-	snprintf(d->addr, sizeof(d->addr), "127.0.0.1:%d", d->port);
+	snprintf(d->addr, sizeof(d->addr), "%s:%d", host, d->port);
 }
 
 int daemon_stop(struct daemon *d, int sig, int timeout_ms)

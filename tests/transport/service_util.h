@@ -25,6 +25,10 @@ struct daemon {
 	char addr[64];
 	char keys[600]; /* the daemon's key file */
 	char log[600];
+	/* set after daemon_prepare to run it elsewhere: in network
+	 * namespace @netns, listening on @host (default 127.0.0.1) */
+	const char *netns;
+	const char *host;
 };
 
 /* A fresh scratch directory under KVS_TEST_DIR (or /tmp) holding a key
