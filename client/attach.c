@@ -87,7 +87,6 @@ static uint32_t fetch_layer(struct kvs_rt *rt, struct rt_attach *a,
 			    struct kvs_store_key *keys, void **bufs,
 			    size_t *caps, size_t *lens, int *results)
 {
-	const struct kvs_blockstore_ops *ops = kvs_blockstore_ops(rt->store);
 	size_t cap = rt->layout.total_size;
 	uint32_t i, ok = 0, missed = 0, corrupt = 0;
 	struct kvs_view view;
@@ -101,8 +100,8 @@ static uint32_t fetch_layer(struct kvs_rt *rt, struct rt_attach *a,
 		lens[i] = 0;
 		results[i] = -KVS_ENOTFOUND;
 	}
-	err = ops->get(kvs_blockstore_ctx(rt->store), keys, a->spans, bufs,
-		       caps, lens, results);
+	err = kvs_blockstore_get(rt->store, keys, a->spans, bufs, caps, lens,
+				 results);
 	if (err) {
 		kvs_log(KVS_LOG_WARN, "attach: get of layer %u failed: %s",
 			layer, kvs_strerror(err));
@@ -395,7 +394,6 @@ int kvs_seq_attach_finish(struct kvs_seq *seq, uint32_t *attached)
 int kvs_seq_attach_prefix(struct kvs_seq *seq, const uint32_t *ids, size_t n,
 			  uint32_t limit, uint32_t *attached)
 {
-	const struct kvs_blockstore_ops *ops;
 	struct kvs_rt *rt;
 	uint32_t R, S, usable, spans, *layers, l;
 	size_t prefix = 0;
@@ -437,10 +435,9 @@ int kvs_seq_attach_prefix(struct kvs_seq *seq, const uint32_t *ids, size_t n,
 		return -ENOMEM;
 	for (l = 0; l < rt->cfg.layers; l++)
 		layers[l] = l;
-	ops = kvs_blockstore_ops(rt->store);
-	err = ops->lookup(kvs_blockstore_ctx(rt->store),
-			  (const uint8_t(*)[KVS_ID_SIZE])seq->span_ids, spans,
-			  layers, rt->cfg.layers, &prefix);
+	err = kvs_blockstore_lookup(
+		rt->store, (const uint8_t(*)[KVS_ID_SIZE])seq->span_ids, spans,
+		layers, rt->cfg.layers, &prefix);
 	free(layers);
 	if (err) {
 		kvs_log(KVS_LOG_WARN,
