@@ -15,7 +15,7 @@ struct command {
 	const char *name;
 	int (*run)(int argc, char **argv);
 	bool has_subcommands; /* its first word names a subcommand */
-	const char *help;
+	const char *help; /* NULL: not listed (the demo's own processes) */
 };
 
 static const char bench_usage[] =
@@ -59,11 +59,14 @@ static const struct command commands[] = {
 	{ "memory", kvs_cmd_memory, false,
 	  "the memory formula beside format bytes" },
 	{ "demo", kvs_cmd_demo, false,
-	  "walk-through: pack, verify, unpack, report" },
+	  "the system on one machine: daemon, prefill, decode" },
 	{ "store", kvs_cmd_store, true,
 	  "put/get/stat/fsck on a store directory" },
 	{ "bench", cmd_bench, true,
 	  "benchmarks: format, store, trace, transport" },
+#if KVS_DEMO_FULL
+	{ "demo-node", kvs_cmd_demo_node, false, NULL },
+#endif
 };
 
 static void usage(void)
@@ -71,7 +74,9 @@ static void usage(void)
 	printf("usage: kvstash <command> [options]\n"
 	       "       kvstash --version\n\ncommands:\n");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		printf("  %-8s %s\n", commands[i].name, commands[i].help);
+		if (commands[i].help)
+			printf("  %-8s %s\n", commands[i].name,
+			       commands[i].help);
 	printf("\n'kvstash <command> --help' describes each.  Exit status: 0 "
 	       "ok, 1 failure,\n2 usage error, 3 not found.\n");
 }

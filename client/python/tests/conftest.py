@@ -18,7 +18,7 @@ TENANTS = {
 
 
 class Daemon:
-    def __init__(self, tmp, extra=()):
+    def __init__(self, tmp, dram="64M", extra=()):
         exe = os.environ.get("KVSTASHD")
         if not exe:
             pytest.skip("KVSTASHD is not set (the meson test sets it to the build's kvstashd)")
@@ -35,8 +35,8 @@ class Daemon:
         self.log = tmp / "kvstashd.log"
         self.proc = subprocess.Popen(
             [exe, "--listen", "127.0.0.1:0", "--dir", str(tmp / "store"), "--auth-key-file",
-             str(keys), "--namespace", "alice=a,bob=b,carol=a", "--dram-capacity", "64M",
-             "--nvme-capacity", "256M", "--segment-size", "8M", "--ready-file", str(ready),
+             str(keys), "--namespace", "alice=a,bob=b,carol=a", "--dram-capacity", dram,
+             "--nvme-capacity", "256M", "--segment-size", "1M", "--ready-file", str(ready),
              "--log-file", str(self.log), *extra])
         deadline = time.monotonic() + 15
         while not ready.exists() or not ready.read_text().strip():

@@ -59,6 +59,31 @@ def test_put_get_exists_delete(daemon):
         c.exists(keys)
 
 
+def test_spill_and_back(tmp_path):
+    """Blocks beyond the daemon's DRAM tier go to its NVMe tier and come
+    back from there; its counters say so."""
+    from conftest import Daemon
+
+    d = Daemon(tmp_path, dram="256K")
+    try:
+        c = d.client()
+        objs, keys = [], []
+        for seed in range(5):
+            o, k = blocks_of(100 + seed, 30)
+            objs += o
+            keys += k
+        assert sum(len(o) for o in objs) > 2 * (256 << 10)
+        assert c.put(objs) == [0] * len(objs)
+        st = c.stat()["store"]
+        assert st["spills"] > 0 and st["nvme"]["blocks"] > 0
+        assert c.get(keys) == objs
+        st = c.stat()["store"]
+        assert st["nvme_hits"] > 0 and st["nvme_hits"] + st["dram_hits"] == st["hits"]
+        c.close()
+    finally:
+        assert d.stop() == 0
+
+
 def test_tail_handoff(daemon):
     c = daemon.client()
     rt = runtime("f16")
