@@ -405,6 +405,8 @@ void kvs_rt_destroy(struct kvs_rt *rt)
 	rt_worker_drain(&rt->publisher);
 	worker_stop(&rt->fetcher);
 	worker_stop(&rt->publisher);
+	rt->eng->host_free(rt, rt->staging[0]);
+	rt->eng->host_free(rt, rt->staging[1]);
 	kvs_blockstore_release(rt->store);
 	rt->eng->fini(rt);
 	pool_fini(rt);

@@ -77,6 +77,7 @@ extern "C" {
  *             -ENOSPC (*len needed) when @cap is short;
  *   remove    (may be NULL: the store deletes nothing) deletes objects:
  *             results[i] 0 or -KVS_ENOTFOUND;
+ *   verified  get verifies what it hands out (see below);
  *   destroy   releases @ctx (may be NULL).
  * Every op may be called from any thread.  The runtime calls them through
  * the kvs_blockstore_* functions below, which count what goes through.
@@ -98,6 +99,10 @@ struct kvs_blockstore_ops {
 	void (*destroy)(void *ctx);
 	int (*remove)(void *ctx, const struct kvs_store_key *keys, size_t n,
 		      int *results);
+	/* every object get hands out passed kvs_object_verify already:
+	 * the runtime's own checks then skip the checksums (never the
+	 * others: bounds, kind, shape, ids) */
+	bool verified;
 };
 
 /* What went through a block store since it was created: calls, objects
