@@ -40,5 +40,6 @@ int kvs_cli_client_connect(const char *cmd, const char *server,
 			   const char *key_file, uint32_t timeout_ms,
 			   bool shared_memory, struct kvs_client **out);
 int kvs_bench_transport(int argc, char **argv); /* bench_transport.c */
+int kvs_bench_attach(int argc, char **argv); /* bench_attach.c */
 
 #endif

@@ -23,12 +23,17 @@ static const char bench_usage[] =
 	"--help)\n"
 	"       kvstash bench store --dir DIR [options]\n"
 	"       kvstash bench trace TRACE [options]\n"
+	"       kvstash bench transport|attach --server HOST:PORT "
+	"--auth-key-file FILE\n"
+	"                                      [options]\n"
 	"\n"
 	"format: pack, unpack and verify on one core beside memcpy.\n"
 	"store: the store engine's DRAM and NVMe throughput and recovery.\n"
 	"trace: a serving trace replayed through the store beside an LRU,\n"
 	"       2-bit against fp16 (docs/REPLAY.md).\n"
-	"transport: a kvstashd's get/put throughput and lookup latency.\n";
+	"transport: a kvstashd's get/put throughput and lookup latency.\n"
+	"attach: a cached prefix made ready to decode from a kvstashd,\n"
+	"        2-bit blocks against fp16 K/V.\n";
 
 static int cmd_bench(int argc, char **argv)
 {
@@ -42,6 +47,10 @@ static int cmd_bench(int argc, char **argv)
 	if (argc >= 2 && strcmp(argv[1], "transport") == 0)
 		return kvs_bench_transport(argc - 1, argv + 1);
 #endif
+#if KVS_DEMO_FULL
+	if (argc >= 2 && strcmp(argv[1], "attach") == 0)
+		return kvs_bench_attach(argc - 1, argv + 1);
+#endif
 	if (argc >= 2 &&
 	    (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0))
 		return kvs_cli_usage("bench", bench_usage, KVS_CLI_HELP);
@@ -49,7 +58,7 @@ static int cmd_bench(int argc, char **argv)
 		return kvs_cli_usage_error("bench", "unknown benchmark '%s'",
 					   argv[1]);
 	return kvs_cli_usage_error("bench", "which benchmark? format, store, "
-					    "trace or transport");
+					    "trace, transport or attach");
 }
 
 static const struct command commands[] = {
@@ -63,7 +72,7 @@ static const struct command commands[] = {
 	{ "store", kvs_cmd_store, true,
 	  "put/get/stat/fsck on a store directory" },
 	{ "bench", cmd_bench, true,
-	  "benchmarks: format, store, trace, transport" },
+	  "benchmarks: format, store, trace, transport, attach" },
 #if KVS_DEMO_FULL
 	{ "demo-node", kvs_cmd_demo_node, false, NULL },
 #endif
