@@ -2,7 +2,8 @@
 """Integration tests of the `kvstash` command line.
 
 Drives the real binary: cli_test.py KVSTASH GROUP, where GROUP is one of
-block, errors, trace, memory, args, demo, bench, conventions.  Every check asserts a
+block, errors, trace, memory, args, demo, demo_cuda (suite gpu), bench,
+conventions.  Every check asserts a
 result (exit status, bytes, numbers); the first failure stops the group
 with a message and exit status 1.
 """
@@ -717,6 +718,30 @@ def test_demo():
         check(word in first, "demo --block lacks %r:\n%s" % (word, first))
 
 
+def test_demo_cuda():
+    """The demo with the CUDA device (suite gpu; skips without one)."""
+    env = demo_env()
+    p = subprocess.run([KVSTASH, "demo", "--json", "--device", "cuda"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    if p.returncode != 0 and "CUDA asked for, but not built or no usable" \
+            in p.stderr:
+        raise Skip("no usable CUDA device: %s" % p.stderr.strip())
+    check(p.returncode == 0, "demo --device cuda: exit %d\n%s"
+          % (p.returncode, p.stderr))
+    d = json.loads(p.stdout)
+    check(d["device"] == "cuda", "device %r" % d["device"])
+    check(d["request1"]["handoff_identical"] is True and
+          d["request2"]["recompute_identical"] is True and
+          d["request2"]["hits"] > 0, "%r %r" % (d["request1"], d["request2"]))
+    check(d["long"]["spills"] > 0 and d["long"]["nvme_hits"] > 0 and
+          d["long"]["attached_tokens"] == d["long"]["tokens"], "%r" % d["long"])
+    check(0 < d["accuracy"]["relative_l2"] < 0.2, "%r" % d["accuracy"])
+    check(d["all_stopped"] and d["temp_removed"], "%r" % d)
+    for x in d["processes"]:
+        check(not ours(x["pid"]), "process %r is still there" % x)
+    check(demo_dirs_left() == [], "left %r" % demo_dirs_left())
+
+
 def demo_until(env, args, marker):
     """Starts the demo; returns it and its stdout up to the line holding
     @marker."""
@@ -774,6 +799,7 @@ def test_bench():
 GROUPS = {
     "block": test_block, "errors": test_errors, "trace": test_trace,
     "memory": test_memory, "args": test_args, "demo": test_demo,
+    "demo_cuda": test_demo_cuda,
     "bench": test_bench, "conventions": test_conventions,
 }
 
