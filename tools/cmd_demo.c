@@ -701,7 +701,7 @@ static void summary_text(const struct demo *d, const struct results *r,
 	       100.0 * attached / prompt2,
 	       fact(r->req2, "recompute_identical") != 0 ? "identical"
 							 : "DIFFERENT");
-	if (r->stat_ok)
+	if (r->stat_ok && long_bytes > (double)a->dram)
 		printf("  spill      %s of long-context blocks > %s of DRAM: "
 		       "%llu blocks spilled to NVMe, %llu read back from "
 		       "it, all %.0f attached\n",
@@ -709,6 +709,11 @@ static void summary_text(const struct demo *d, const struct results *r,
 		       (unsigned long long)r->stat.store.spills,
 		       (unsigned long long)r->stat.store.nvme_hits,
 		       fact(r->dec3, "blocks_got"));
+	else
+		printf("  spill      none: the long context's %s of blocks fit "
+		       "in %s of DRAM (a larger --long or a smaller "
+		       "--dram-capacity spills)\n",
+		       human(long_bytes, b1), human((double)a->dram, b2));
 	printf("  accuracy   attention against the fp16 reference (%.0f "
 	       "values): relative L2 error %.4f, max abs %.4f\n",
 	       t->values, t->ref2 > 0 ? sqrt(t->err2 / t->ref2) : 0.0,
