@@ -61,11 +61,13 @@ static int remote_lookup(void *ctx, const uint8_t (*span_ids)[KVS_ID_SIZE],
 				 n_layers, prefix);
 }
 
-static int remote_get(void *ctx, const struct kvs_store_key *keys, size_t n,
-		      void *const *bufs, const size_t *caps, size_t *lens,
-		      int *results)
+/* A get (@bufs given) or a delete (@bufs NULL) of @n keys, in requests
+ * of the server's batch limit, all queued before the first is waited
+ * for. */
+static int keyed_batches(struct remote_bs *rb, const struct kvs_store_key *keys,
+			 size_t n, void *const *bufs, const size_t *caps,
+			 size_t *lens, int *results)
 {
-	struct remote_bs *rb = ctx;
 	size_t step = chunk_of(rb->client, n), queued = 0, i;
 	struct kvs_client_req **reqs;
 	int err = 0;
@@ -78,15 +80,28 @@ static int remote_get(void *ctx, const struct kvs_store_key *keys, size_t n,
 	for (i = 0; i < n && !err; i += step) {
 		size_t m = n - i < step ? n - i : step;
 
-		err = kvs_client_get_async(rb->client, keys + i, m, bufs + i,
-					   caps + i, lens + i, results + i,
-					   NULL, NULL, &reqs[queued]);
+		if (bufs)
+			err = kvs_client_get_async(rb->client, keys + i, m,
+						   bufs + i, caps + i, lens + i,
+						   results + i, NULL, NULL,
+						   &reqs[queued]);
+		else
+			err = kvs_client_delete_async(rb->client, keys + i, m,
+						      results + i, NULL, NULL,
+						      &reqs[queued]);
 		if (!err)
 			queued++;
 	}
 	err = wait_all(reqs, queued, err);
 	free(reqs);
 	return err;
+}
+
+static int remote_get(void *ctx, const struct kvs_store_key *keys, size_t n,
+		      void *const *bufs, const size_t *caps, size_t *lens,
+		      int *results)
+{
+	return keyed_batches(ctx, keys, n, bufs, caps, lens, results);
 }
 
 /* The next put request: items [from, *to) within the server's limits. */
@@ -142,28 +157,7 @@ static int remote_put(void *ctx, const uint8_t *const *objs, const size_t *lens,
 static int remote_remove(void *ctx, const struct kvs_store_key *keys, size_t n,
 			 int *results)
 {
-	struct remote_bs *rb = ctx;
-	size_t step = chunk_of(rb->client, n), queued = 0, i;
-	struct kvs_client_req **reqs;
-	int err = 0;
-
-	if (n == 0)
-		return 0;
-	reqs = calloc((n + step - 1) / step, sizeof(*reqs));
-	if (!reqs)
-		return -ENOMEM;
-	for (i = 0; i < n && !err; i += step) {
-		size_t m = n - i < step ? n - i : step;
-
-		err = kvs_client_delete_async(rb->client, keys + i, m,
-					      results + i, NULL, NULL,
-					      &reqs[queued]);
-		if (!err)
-			queued++;
-	}
-	err = wait_all(reqs, queued, err);
-	free(reqs);
-	return err;
+	return keyed_batches(ctx, keys, n, NULL, NULL, NULL, results);
 }
 
 static int remote_tail_put(void *ctx, const uint8_t key[KVS_ID_SIZE],

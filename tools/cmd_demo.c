@@ -816,7 +816,7 @@ static void summary_json(const struct demo *d, const struct results *r,
 
 static int parse(int argc, char **argv, struct demo_args *a)
 {
-	uint64_t seed = 0x6b7673746173ull; /* "kvstas" */
+	uint64_t seed;
 	struct kvs_cli_opt opts[N_OPTS] = {
 		KVS_OPT_U32("prompt", &a->prompt, 1, 1u << 20, false),
 		KVS_OPT_U32("steps", &a->steps, 1, 4096, false),
@@ -844,11 +844,8 @@ static int parse(int argc, char **argv, struct demo_args *a)
 	a->dram = 3u << 20;
 	a->nvme = 64u << 20;
 	a->device = "auto";
-	a->m.layers = 4;
-	a->m.q_heads = 8;
-	a->m.kv_heads = 2;
-	a->m.head_dim = 128;
-	a->m.residual = 128;
+	demo_model_default(&a->m);
+	seed = a->m.seed;
 	rc = kvs_cli_parse(CMD, argc, argv, opts, N_OPTS, NULL, 0, NULL);
 	if (rc)
 		return rc;

@@ -34,6 +34,10 @@ struct demo_model {
 			    bias, Value mean */
 };
 
+/* The default model: 4 layers, 8 query heads on 2 KV heads (GQA), head
+ * dim 128, R = S = 128, the demo's seed. */
+void demo_model_default(struct demo_model *m);
+
 /* Computes the per-channel scales and biases: 0 or -ENOMEM.  fini frees
  * them. */
 int demo_model_init(struct demo_model *m);

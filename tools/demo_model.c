@@ -67,6 +67,17 @@ static void channel(const struct demo_model *m, uint32_t layer, uint32_t head,
 	}
 }
 
+void demo_model_default(struct demo_model *m)
+{
+	memset(m, 0, sizeof(*m));
+	m->layers = 4;
+	m->q_heads = 8;
+	m->kv_heads = 2;
+	m->head_dim = 128;
+	m->residual = 128;
+	m->seed = 0x6b7673746173ull; /* "kvstas" */
+}
+
 int demo_model_init(struct demo_model *m)
 {
 	size_t n = (size_t)m->layers * m->kv_heads * m->head_dim, i = 0;

@@ -588,7 +588,7 @@ static int run_decode(struct node *n)
 
 static int parse(int argc, char **argv, struct node_args *a)
 {
-	uint64_t seed = 0x6b7673746173ull;
+	uint64_t seed;
 	const char *pos[1];
 	size_t n_pos = 0;
 	struct kvs_cli_opt opts[N_OPTS] = {
@@ -615,11 +615,8 @@ static int parse(int argc, char **argv, struct node_args *a)
 	int rc;
 
 	a->device = "auto";
-	a->m.layers = 4;
-	a->m.q_heads = 8;
-	a->m.kv_heads = 2;
-	a->m.head_dim = 128;
-	a->m.residual = 128;
+	demo_model_default(&a->m);
+	seed = a->m.seed;
 	rc = kvs_cli_parse(NODE, argc, argv, opts, N_OPTS, pos, 1, &n_pos);
 	if (rc)
 		return rc;
