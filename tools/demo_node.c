@@ -532,13 +532,23 @@ static int attach(struct node *n)
 	err = kvs_seq_attach_prefix(n->seq, n->ids, a->prompt, UINT32_MAX,
 				    &attached);
 	for (uint32_t l = 0; !err && attached && l < a->m.layers; l++) {
-		/* a layer short of blocks: the finish below shortens */
+		/* a layer short of blocks: the finish below says so */
 		if (kvs_seq_attach_wait(n->seq, l) == -KVS_ENOTFOUND)
 			break;
 		progress("attach", l + 1, a->m.layers);
 	}
 	if (!err)
 		err = kvs_seq_attach_finish(n->seq, &kept);
+	if (err == -KVS_ENOTFOUND) {
+		/* a block went missing after layers were installed: what the
+		 * runtime asks of an engine then, a reset and the whole
+		 * prompt computed */
+		fact("attach_lost", 1);
+		kept = 0;
+		err = kvs_seq_reset(n->seq);
+		if (!err)
+			err = kvs_seq_append_ids(n->seq, n->ids, a->prompt);
+	}
 	if (err)
 		return kvs_cli_fail(NODE, err, "attach"), err;
 	fact("ready_ms", now_ms() - t0);
