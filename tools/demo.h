@@ -111,7 +111,7 @@ bool demo_running(struct demo_proc *p);
 void demo_stop(struct demo_proc *p, int grace_ms);
 /* Its exit status as a word ("exit 1", "signal 9"). */
 const char *demo_status(const struct demo_proc *p, char *buf, size_t size);
-/* The last line of its log, or "" (into @buf). */
+/* The last line of its log that is not a rule, or "" (into @buf). */
 const char *demo_last_log_line(const struct demo_proc *p, char *buf,
 			       size_t size);
 /* Removes @dir and everything under it. */

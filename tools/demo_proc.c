@@ -166,7 +166,8 @@ const char *demo_last_log_line(const struct demo_proc *p, char *buf,
 		return buf;
 	while (fgets(line, sizeof(line), f)) {
 		line[strcspn(line, "\n")] = '\0';
-		if (line[0])
+		/* a rule (the end of a backtrace) says nothing */
+		if (line[strspn(line, "=- \t")])
 			snprintf(buf, size, "%s", line);
 	}
 	fclose(f);
