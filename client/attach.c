@@ -7,9 +7,11 @@
  * The caller's thread takes the pages and records them in the sequence's
  * page tables at once; the fetch thread gets each layer's blocks into host
  * staging (two sets, alternating, so a layer's copies to the pool overlap
- * the next layer's gets), checks every block (kvs_object_open: every
- * format check; then that it is the block asked for: kind, shape, model,
- * layer, span id, parent, position) and copies it into its page.  A layer
+ * the next layer's gets; kept from one attach to the next), checks every
+ * block (kvs_object_open: every format check, the checksums only where
+ * the store did not verify them already; then that it is the block asked
+ * for: kind, shape, model, layer, span id, parent, position) and copies
+ * it into its page.  A layer
  * is "done" with the count of leading spans that arrived intact.  The
  * lengths of a layer change only when the caller installs it
  * (kvs_seq_attach_wait / _finish, or the first prefill or step of the
@@ -87,8 +89,10 @@ static uint32_t fetch_layer(struct kvs_rt *rt, struct rt_attach *a,
 			    struct kvs_store_key *keys, void **bufs,
 			    size_t *caps, size_t *lens, int *results)
 {
-	const struct kvs_blockstore_ops *ops = kvs_blockstore_ops(rt->store);
 	size_t cap = rt->layout.total_size;
+	unsigned verify = kvs_blockstore_ops(rt->store)->verified
+				  ? KVS_VERIFY_NO_CHECKSUMS
+				  : 0;
 	uint32_t i, ok = 0, missed = 0, corrupt = 0;
 	struct kvs_view view;
 	int err;
@@ -101,8 +105,8 @@ static uint32_t fetch_layer(struct kvs_rt *rt, struct rt_attach *a,
 		lens[i] = 0;
 		results[i] = -KVS_ENOTFOUND;
 	}
-	err = ops->get(kvs_blockstore_ctx(rt->store), keys, a->spans, bufs,
-		       caps, lens, results);
+	err = kvs_blockstore_get(rt->store, keys, a->spans, bufs, caps, lens,
+				 results);
 	if (err) {
 		kvs_log(KVS_LOG_WARN, "attach: get of layer %u failed: %s",
 			layer, kvs_strerror(err));
@@ -119,7 +123,7 @@ static uint32_t fetch_layer(struct kvs_rt *rt, struct rt_attach *a,
 				i, layer, kvs_strerror(results[i]));
 			break;
 		}
-		err = kvs_object_open(bufs[i], lens[i], 0, &view);
+		err = kvs_object_open(bufs[i], lens[i], verify, &view);
 		if (err) {
 			corrupt = 1;
 			kvs_log(KVS_LOG_WARN,
@@ -148,6 +152,29 @@ static uint32_t fetch_layer(struct kvs_rt *rt, struct rt_attach *a,
 	return ok;
 }
 
+/* The fetch thread's two staging sets, of at least @bytes each: kept by
+ * the runtime from one attach to the next (page-locked memory is slow
+ * to get), grown when a longer prefix needs more. */
+static int rt_fetch_staging(struct kvs_rt *rt, size_t bytes, uint8_t *out[2])
+{
+	if (rt->staging_cap < bytes) {
+		for (int i = 0; i < 2; i++) {
+			rt->eng->host_free(rt, rt->staging[i]);
+			rt->staging[i] = NULL;
+		}
+		rt->staging_cap = 0;
+		for (int i = 0; i < 2; i++) {
+			rt->staging[i] = rt->eng->host_alloc(rt, bytes);
+			if (!rt->staging[i])
+				return -ENOMEM;
+		}
+		rt->staging_cap = bytes;
+	}
+	out[0] = rt->staging[0];
+	out[1] = rt->staging[1];
+	return 0;
+}
+
 static void fetch_run(struct kvs_rt *rt, struct rt_job *job)
 {
 	struct rt_attach *a = (struct rt_attach *)job;
@@ -165,10 +192,8 @@ static void fetch_run(struct kvs_rt *rt, struct rt_job *job)
 	caps = malloc(sizeof(*caps) * n);
 	lens = malloc(sizeof(*lens) * n);
 	results = malloc(sizeof(*results) * n);
-	staging[0] = rt->eng->host_alloc(rt, cap * n);
-	staging[1] = a->layers > 1 ? rt->eng->host_alloc(rt, cap * n) : NULL;
-	if (!keys || !bufs || !caps || !lens || !results || !staging[0] ||
-	    (a->layers > 1 && !staging[1])) {
+	if (!keys || !bufs || !caps || !lens || !results ||
+	    rt_fetch_staging(rt, cap * n, staging)) {
 		kvs_log(KVS_LOG_ERR, "attach: out of memory for %zu spans", n);
 		cancel = true;
 	} else {
@@ -193,12 +218,10 @@ static void fetch_run(struct kvs_rt *rt, struct rt_job *job)
 		pthread_cond_broadcast(&a->cond);
 		pthread_mutex_unlock(&a->lock);
 	}
-	/* the staging memory goes only once its last copies are over */
+	/* the staging memory is used again only once its copies are over */
 	for (l = a->layers > 2 ? a->layers - 2 : 0; l < a->layers; l++)
 		if (a->marks[l])
 			rt->eng->mark_wait(rt, a->marks[l]);
-	rt->eng->host_free(rt, staging[0]);
-	rt->eng->host_free(rt, staging[1]);
 	free(keys);
 	free(bufs);
 	free(caps);
@@ -395,7 +418,6 @@ int kvs_seq_attach_finish(struct kvs_seq *seq, uint32_t *attached)
 int kvs_seq_attach_prefix(struct kvs_seq *seq, const uint32_t *ids, size_t n,
 			  uint32_t limit, uint32_t *attached)
 {
-	const struct kvs_blockstore_ops *ops;
 	struct kvs_rt *rt;
 	uint32_t R, S, usable, spans, *layers, l;
 	size_t prefix = 0;
@@ -437,10 +459,9 @@ int kvs_seq_attach_prefix(struct kvs_seq *seq, const uint32_t *ids, size_t n,
 		return -ENOMEM;
 	for (l = 0; l < rt->cfg.layers; l++)
 		layers[l] = l;
-	ops = kvs_blockstore_ops(rt->store);
-	err = ops->lookup(kvs_blockstore_ctx(rt->store),
-			  (const uint8_t(*)[KVS_ID_SIZE])seq->span_ids, spans,
-			  layers, rt->cfg.layers, &prefix);
+	err = kvs_blockstore_lookup(
+		rt->store, (const uint8_t(*)[KVS_ID_SIZE])seq->span_ids, spans,
+		layers, rt->cfg.layers, &prefix);
 	free(layers);
 	if (err) {
 		kvs_log(KVS_LOG_WARN,

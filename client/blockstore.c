@@ -2,6 +2,10 @@
  * blockstore.c - the block store interface the runtime talks through, and
  * its in-process implementation over a store directory (store.h).
  *
+ * Every call of the runtime goes through kvs_blockstore_get() and its
+ * siblings, which count objects and bytes per store (the demo's "bytes
+ * moved" and the benchmarks read them).
+ *
  * The local block store keeps blocks in the store engine (DRAM tier, then
  * the NVMe tier's segments) and residual tails in this process's memory,
  * a list with a time to live each: tails are per request and short lived,
@@ -21,6 +25,11 @@ struct kvs_blockstore {
 	const struct kvs_blockstore_ops *ops;
 	void *ctx;
 	atomic_uint refs;
+	/* struct kvs_blockstore_counters, member by member */
+	atomic_uint_fast64_t lookups, gets, got, got_bytes, get_missed;
+	atomic_uint_fast64_t puts, put, put_bytes;
+	atomic_uint_fast64_t tail_puts, tail_put_bytes;
+	atomic_uint_fast64_t tail_takes, tail_take_bytes, removed;
 };
 
 int kvs_blockstore_create(const struct kvs_blockstore_ops *ops, void *ctx,
@@ -41,6 +50,7 @@ int kvs_blockstore_create(const struct kvs_blockstore_ops *ops, void *ctx,
 	bs->ops = ops;
 	bs->ctx = ctx;
 	atomic_init(&bs->refs, 1);
+	/* calloc's zeroes are the counters' initial values */
 	*out = bs;
 	return 0;
 }
@@ -69,6 +79,133 @@ kvs_blockstore_ops(const struct kvs_blockstore *bs)
 void *kvs_blockstore_ctx(const struct kvs_blockstore *bs)
 {
 	return bs->ctx;
+}
+
+/* ---- counted calls ---------------------------------------------------- */
+
+static void add(atomic_uint_fast64_t *counter, uint64_t n)
+{
+	atomic_fetch_add_explicit(counter, n, memory_order_relaxed);
+}
+
+int kvs_blockstore_lookup(struct kvs_blockstore *bs,
+			  const uint8_t (*span_ids)[KVS_ID_SIZE],
+			  size_t n_spans, const uint32_t *layers,
+			  size_t n_layers, size_t *prefix)
+{
+	add(&bs->lookups, 1);
+	return bs->ops->lookup(bs->ctx, span_ids, n_spans, layers, n_layers,
+			       prefix);
+}
+
+int kvs_blockstore_get(struct kvs_blockstore *bs,
+		       const struct kvs_store_key *keys, size_t n,
+		       void *const *bufs, const size_t *caps, size_t *lens,
+		       int *results)
+{
+	uint64_t got = 0, bytes = 0;
+	int err;
+
+	add(&bs->gets, 1);
+	err = bs->ops->get(bs->ctx, keys, n, bufs, caps, lens, results);
+	if (err)
+		return err;
+	for (size_t i = 0; i < n; i++) {
+		if (results[i] == 0) {
+			got++;
+			bytes += lens[i];
+		}
+	}
+	add(&bs->got, got);
+	add(&bs->got_bytes, bytes);
+	add(&bs->get_missed, n - got);
+	return 0;
+}
+
+int kvs_blockstore_put(struct kvs_blockstore *bs, const uint8_t *const *objs,
+		       const size_t *lens, size_t n, int *results)
+{
+	uint64_t put = 0, bytes = 0;
+	int err;
+
+	add(&bs->puts, 1);
+	err = bs->ops->put(bs->ctx, objs, lens, n, results);
+	if (err)
+		return err;
+	for (size_t i = 0; i < n; i++) {
+		if (results[i] == 0) {
+			put++;
+			bytes += lens[i];
+		}
+	}
+	add(&bs->put, put);
+	add(&bs->put_bytes, bytes);
+	return 0;
+}
+
+int kvs_blockstore_tail_put(struct kvs_blockstore *bs,
+			    const uint8_t key[KVS_ID_SIZE], const uint8_t *tail,
+			    size_t len, uint32_t ttl_ms)
+{
+	int err = bs->ops->tail_put(bs->ctx, key, tail, len, ttl_ms);
+
+	if (!err) {
+		add(&bs->tail_puts, 1);
+		add(&bs->tail_put_bytes, len);
+	}
+	return err;
+}
+
+int kvs_blockstore_tail_take(struct kvs_blockstore *bs,
+			     const uint8_t key[KVS_ID_SIZE], void *buf,
+			     size_t cap, size_t *len)
+{
+	int err = bs->ops->tail_take(bs->ctx, key, buf, cap, len);
+
+	if (!err) {
+		add(&bs->tail_takes, 1);
+		add(&bs->tail_take_bytes, *len);
+	}
+	return err;
+}
+
+int kvs_blockstore_remove(struct kvs_blockstore *bs,
+			  const struct kvs_store_key *keys, size_t n,
+			  int *results)
+{
+	uint64_t removed = 0;
+	int err;
+
+	if (!bs->ops->remove)
+		return -EOPNOTSUPP;
+	err = bs->ops->remove(bs->ctx, keys, n, results);
+	if (err)
+		return err;
+	for (size_t i = 0; i < n; i++)
+		removed += results[i] == 0;
+	add(&bs->removed, removed);
+	return 0;
+}
+
+void kvs_blockstore_counters(const struct kvs_blockstore *cbs,
+			     struct kvs_blockstore_counters *out)
+{
+	/* atomic loads of a const object are reads all the same */
+	struct kvs_blockstore *bs = (struct kvs_blockstore *)cbs;
+
+	out->lookups = atomic_load(&bs->lookups);
+	out->gets = atomic_load(&bs->gets);
+	out->got = atomic_load(&bs->got);
+	out->got_bytes = atomic_load(&bs->got_bytes);
+	out->get_missed = atomic_load(&bs->get_missed);
+	out->puts = atomic_load(&bs->puts);
+	out->put = atomic_load(&bs->put);
+	out->put_bytes = atomic_load(&bs->put_bytes);
+	out->tail_puts = atomic_load(&bs->tail_puts);
+	out->tail_put_bytes = atomic_load(&bs->tail_put_bytes);
+	out->tail_takes = atomic_load(&bs->tail_takes);
+	out->tail_take_bytes = atomic_load(&bs->tail_take_bytes);
+	out->removed = atomic_load(&bs->removed);
 }
 
 /* ---- the local block store ---------------------------------------------- */
@@ -238,6 +375,16 @@ static int local_tail_take(void *ctx, const uint8_t key[KVS_ID_SIZE], void *buf,
 	return err;
 }
 
+static int local_remove(void *ctx, const struct kvs_store_key *keys, size_t n,
+			int *results)
+{
+	struct local_bs *lb = ctx;
+
+	for (size_t i = 0; i < n; i++)
+		results[i] = kvs_store_delete(lb->store, &keys[i]);
+	return 0;
+}
+
 static void local_destroy(void *ctx)
 {
 	struct local_bs *lb = ctx;
@@ -263,6 +410,7 @@ static const struct kvs_blockstore_ops local_ops = {
 	.tail_put = local_tail_put,
 	.tail_take = local_tail_take,
 	.destroy = local_destroy,
+	.remove = local_remove,
 };
 
 int kvs_blockstore_local(const char *dir, const struct kvs_store_opts *opts,

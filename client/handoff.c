@@ -178,7 +178,6 @@ out:
 int kvs_seq_export_tail(struct kvs_seq *seq,
 			const uint8_t request_id[KVS_ID_SIZE], uint32_t ttl_ms)
 {
-	const struct kvs_blockstore_ops *ops;
 	struct kvs_rt *rt;
 	uint8_t key[KVS_ID_SIZE], *tail;
 	size_t len;
@@ -200,14 +199,13 @@ int kvs_seq_export_tail(struct kvs_seq *seq,
 			kvs_strerror(err));
 		return err;
 	}
-	ops = kvs_blockstore_ops(rt->store);
 	for (l = 0; l < rt->cfg.layers; l++) {
 		err = kvs_seq_tail_encode(seq, l, &tail, &len);
 		if (!err)
 			err = kvs_rt_tail_key(rt, request_id, l, key);
 		if (!err) {
-			err = ops->tail_put(kvs_blockstore_ctx(rt->store), key,
-					    tail, len, ttl_ms);
+			err = kvs_blockstore_tail_put(rt->store, key, tail, len,
+						      ttl_ms);
 			free(tail);
 		}
 		if (err) {
@@ -223,10 +221,18 @@ int kvs_seq_export_tail(struct kvs_seq *seq,
 static int take_tail(struct kvs_rt *rt, const uint8_t request_id[KVS_ID_SIZE],
 		     uint32_t layer, uint8_t **out, size_t *out_len)
 {
-	const struct kvs_blockstore_ops *ops = kvs_blockstore_ops(rt->store);
+	const struct kvs_shape *shape = &rt->cfg.shape;
+	struct kvs_layout most;
 	size_t cap = 4096, len = 0;
 	uint8_t key[KVS_ID_SIZE], *buf = NULL, *grown;
 	int err = kvs_rt_tail_key(rt, request_id, layer, key);
+
+	/* room for the largest tail of this shape at once: a remote store
+	 * takes a tail even when the buffer turns out short */
+	if (!err &&
+	    kvs_tail_layout(shape, rt->cfg.kv_dtype, shape->residual - 1,
+			    shape->residual, &most) == 0)
+		cap = most.total_size;
 
 	while (!err) {
 		grown = realloc(buf, cap);
@@ -235,8 +241,7 @@ static int take_tail(struct kvs_rt *rt, const uint8_t request_id[KVS_ID_SIZE],
 			break;
 		}
 		buf = grown;
-		err = ops->tail_take(kvs_blockstore_ctx(rt->store), key, buf,
-				     cap, &len);
+		err = kvs_blockstore_tail_take(rt->store, key, buf, cap, &len);
 		if (err == -ENOSPC && len > cap) {
 			/* nothing was taken: ask again with room for it */
 			cap = len;

@@ -199,7 +199,6 @@ static void publish_failed(struct kvs_rt *rt, const struct publish_item *it,
 /* Which leading spans the store holds for every layer already. */
 static size_t held_prefix(struct kvs_rt *rt, const struct rt_publish *p)
 {
-	const struct kvs_blockstore_ops *ops = kvs_blockstore_ops(rt->store);
 	uint32_t *layers = malloc(sizeof(*layers) * rt->cfg.layers), l;
 	size_t prefix = 0;
 
@@ -207,9 +206,9 @@ static size_t held_prefix(struct kvs_rt *rt, const struct rt_publish *p)
 		return 0;
 	for (l = 0; l < rt->cfg.layers; l++)
 		layers[l] = l;
-	if (ops->lookup(kvs_blockstore_ctx(rt->store),
-			(const uint8_t(*)[KVS_ID_SIZE])p->span_ids, p->spans,
-			layers, rt->cfg.layers, &prefix))
+	if (kvs_blockstore_lookup(rt->store,
+				  (const uint8_t(*)[KVS_ID_SIZE])p->span_ids,
+				  p->spans, layers, rt->cfg.layers, &prefix))
 		prefix = 0;
 	free(layers);
 	return prefix;
@@ -218,7 +217,6 @@ static size_t held_prefix(struct kvs_rt *rt, const struct rt_publish *p)
 static void publish_run(struct kvs_rt *rt, struct rt_job *job)
 {
 	struct rt_publish *p = (struct rt_publish *)job;
-	const struct kvs_blockstore_ops *ops = kvs_blockstore_ops(rt->store);
 	size_t size = rt->layout.total_size, prefix, *lens = NULL;
 	const uint8_t **objs = NULL;
 	struct publish_item **sent = NULL;
@@ -259,9 +257,7 @@ static void publish_run(struct kvs_rt *rt, struct rt_job *job)
 		results[m] = 0;
 		sent[m++] = it;
 	}
-	err = m ? ops->put(kvs_blockstore_ctx(rt->store), objs, lens, m,
-			   results)
-		: 0;
+	err = m ? kvs_blockstore_put(rt->store, objs, lens, m, results) : 0;
 	for (i = 0; i < m; i++) {
 		int r = err ? err : results[i];
 

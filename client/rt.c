@@ -405,6 +405,8 @@ void kvs_rt_destroy(struct kvs_rt *rt)
 	rt_worker_drain(&rt->publisher);
 	worker_stop(&rt->fetcher);
 	worker_stop(&rt->publisher);
+	rt->eng->host_free(rt, rt->staging[0]);
+	rt->eng->host_free(rt, rt->staging[1]);
 	kvs_blockstore_release(rt->store);
 	rt->eng->fini(rt);
 	pool_fini(rt);
@@ -489,7 +491,6 @@ int kvs_rt_tail_key(const struct kvs_rt *rt,
 int kvs_rt_lookup_prefix(struct kvs_rt *rt, const uint32_t *ids, size_t n,
 			 uint32_t *tokens)
 {
-	const struct kvs_blockstore_ops *ops;
 	uint8_t(*span_ids)[KVS_ID_SIZE];
 	uint32_t *layers, spans, l;
 	size_t prefix = 0;
@@ -513,10 +514,9 @@ int kvs_rt_lookup_prefix(struct kvs_rt *rt, const uint32_t *ids, size_t n,
 	err = rt_span_ids(rt, ids, spans, span_ids);
 	if (err)
 		goto out;
-	ops = kvs_blockstore_ops(rt->store);
-	err = ops->lookup(kvs_blockstore_ctx(rt->store),
-			  (const uint8_t(*)[KVS_ID_SIZE])span_ids, spans,
-			  layers, rt->cfg.layers, &prefix);
+	err = kvs_blockstore_lookup(rt->store,
+				    (const uint8_t(*)[KVS_ID_SIZE])span_ids,
+				    spans, layers, rt->cfg.layers, &prefix);
 	if (!err)
 		*tokens = (uint32_t)(prefix * rt->cfg.shape.span);
 out:

@@ -195,6 +195,10 @@ struct kvs_rt {
 	struct rt_pool pool;
 	struct kvs_blockstore *store;
 	struct rt_worker publisher, fetcher;
+	/* the fetch thread's two staging sets (attach.c), host memory of
+	 * the engine (pinned with CUDA) of staging_cap bytes each */
+	uint8_t *staging[2];
+	size_t staging_cap;
 	pthread_mutex_t lock; /* stats, published keys, publish_error */
 	struct kvs_rt_stats stats;
 	struct rt_key_set *published;

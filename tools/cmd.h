@@ -13,7 +13,9 @@
 int kvs_cmd_block(int argc, char **argv); /* cmd_block.c */
 int kvs_cmd_trace(int argc, char **argv); /* cmd_trace.c */
 int kvs_cmd_memory(int argc, char **argv); /* cmd_memory.c */
-int kvs_cmd_demo(int argc, char **argv); /* cmd_demo.c */
+/* cmd_demo.c with the daemon (KVS_DEMO_FULL), else demo_block.c */
+int kvs_cmd_demo(int argc, char **argv);
+int kvs_cmd_demo_node(int argc, char **argv); /* demo_node.c */
 int kvs_cmd_store(int argc, char **argv); /* cmd_store.c */
 int kvs_bench_format(int argc, char **argv); /* bench_format.c */
 int kvs_bench_store(int argc, char **argv); /* bench_store.c */
@@ -39,5 +41,6 @@ int kvs_cli_client_connect(const char *cmd, const char *server,
 			   bool shared_memory, struct kvs_client **out);
 int kvs_bench_transport(int argc, char **argv); /* bench_transport.c */
 int kvs_bench_cluster(int argc, char **argv); /* bench_cluster.c */
+int kvs_bench_attach(int argc, char **argv); /* bench_attach.c */
 
 #endif

@@ -15,7 +15,7 @@ struct command {
 	const char *name;
 	int (*run)(int argc, char **argv);
 	bool has_subcommands; /* its first word names a subcommand */
-	const char *help;
+	const char *help; /* NULL: not listed (the demo's own processes) */
 };
 
 static const char bench_usage[] =
@@ -23,7 +23,9 @@ static const char bench_usage[] =
 	"--help)\n"
 	"       kvstash bench store --dir DIR [options]\n"
 	"       kvstash bench trace TRACE [options]\n"
-	"       kvstash bench transport --server HOST:PORT [options]\n"
+	"       kvstash bench transport|attach --server HOST:PORT "
+	"--auth-key-file FILE\n"
+	"                                      [options]\n"
 	"       kvstash bench cluster --server A,B,C [options]\n"
 	"\n"
 	"format: pack, unpack and verify on one core beside memcpy.\n"
@@ -31,7 +33,9 @@ static const char bench_usage[] =
 	"trace: a serving trace replayed through the store beside an LRU,\n"
 	"       2-bit against fp16 (docs/REPLAY.md).\n"
 	"transport: a kvstashd's get/put throughput and lookup latency.\n"
-	"cluster: the same against 1, 2, ... nodes as a cluster.\n";
+	"cluster: the same against 1, 2, ... nodes as a cluster.\n"
+	"attach: a cached prefix made ready to decode from a kvstashd,\n"
+	"        2-bit blocks against fp16 K/V.\n";
 
 static int cmd_bench(int argc, char **argv)
 {
@@ -47,6 +51,10 @@ static int cmd_bench(int argc, char **argv)
 	if (argc >= 2 && strcmp(argv[1], "cluster") == 0)
 		return kvs_bench_cluster(argc - 1, argv + 1);
 #endif
+#if KVS_DEMO_FULL
+	if (argc >= 2 && strcmp(argv[1], "attach") == 0)
+		return kvs_bench_attach(argc - 1, argv + 1);
+#endif
 	if (argc >= 2 &&
 	    (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0))
 		return kvs_cli_usage("bench", bench_usage, KVS_CLI_HELP);
@@ -54,7 +62,7 @@ static int cmd_bench(int argc, char **argv)
 		return kvs_cli_usage_error("bench", "unknown benchmark '%s'",
 					   argv[1]);
 	return kvs_cli_usage_error("bench", "which benchmark? format, store, "
-					    "trace, transport or cluster");
+					    "trace, transport, cluster or attach");
 }
 
 static const struct command commands[] = {
@@ -64,11 +72,14 @@ static const struct command commands[] = {
 	{ "memory", kvs_cmd_memory, false,
 	  "the memory formula beside format bytes" },
 	{ "demo", kvs_cmd_demo, false,
-	  "walk-through: pack, verify, unpack, report" },
+	  "the system on one machine: daemon, prefill, decode" },
 	{ "store", kvs_cmd_store, true,
 	  "put/get/stat/fsck on a store directory" },
 	{ "bench", cmd_bench, true,
-	  "benchmarks: format, store, trace, transport, cluster" },
+	  "benchmarks: format, store, trace, transport, cluster, attach" },
+#if KVS_DEMO_FULL
+	{ "demo-node", kvs_cmd_demo_node, false, NULL },
+#endif
 };
 
 static void usage(void)
@@ -76,7 +87,9 @@ static void usage(void)
 	printf("usage: kvstash <command> [options]\n"
 	       "       kvstash --version\n\ncommands:\n");
 	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		printf("  %-8s %s\n", commands[i].name, commands[i].help);
+		if (commands[i].help)
+			printf("  %-8s %s\n", commands[i].name,
+			       commands[i].help);
 	printf("\n'kvstash <command> --help' describes each.  Exit status: 0 "
 	       "ok, 1 failure,\n2 usage error, 3 not found.\n");
 }

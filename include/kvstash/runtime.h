@@ -75,8 +75,12 @@ extern "C" {
  *   tail_put  a residual tail under a 32-byte key for @ttl_ms;
  *   tail_take the tail of a key, deleting it: -KVS_ENOTFOUND when none,
  *             -ENOSPC (*len needed) when @cap is short;
+ *   remove    (may be NULL: the store deletes nothing) deletes objects:
+ *             results[i] 0 or -KVS_ENOTFOUND;
+ *   verified  get verifies what it hands out (see below);
  *   destroy   releases @ctx (may be NULL).
- * Every op may be called from any thread.
+ * Every op may be called from any thread.  The runtime calls them through
+ * the kvs_blockstore_* functions below, which count what goes through.
  */
 struct kvs_blockstore_ops {
 	const char *name;
@@ -93,6 +97,23 @@ struct kvs_blockstore_ops {
 	int (*tail_take)(void *ctx, const uint8_t key[KVS_ID_SIZE], void *buf,
 			 size_t cap, size_t *len);
 	void (*destroy)(void *ctx);
+	int (*remove)(void *ctx, const struct kvs_store_key *keys, size_t n,
+		      int *results);
+	/* every object get hands out passed kvs_object_verify already:
+	 * the runtime's own checks then skip the checksums (never the
+	 * others: bounds, kind, shape, ids) */
+	bool verified;
+};
+
+/* What went through a block store since it was created: calls, objects
+ * and bytes (objects that came back or were accepted only). */
+struct kvs_blockstore_counters {
+	uint64_t lookups;
+	uint64_t gets, got, got_bytes, get_missed; /* calls, objects, ... */
+	uint64_t puts, put, put_bytes; /* calls, objects accepted, bytes */
+	uint64_t tail_puts, tail_put_bytes;
+	uint64_t tail_takes, tail_take_bytes; /* tails taken */
+	uint64_t removed; /* objects deleted */
 };
 
 struct kvs_blockstore;
@@ -128,6 +149,33 @@ int kvs_blockstore_local_open(const char *dir, uint64_t dram_capacity,
 			      struct kvs_blockstore **out);
 /* The store under a local block store (NULL for another kind). */
 struct kvs_store *kvs_blockstore_local_store(const struct kvs_blockstore *bs);
+
+/*
+ * The ops of @bs, called with its ctx and counted (kvs_blockstore_counters);
+ * arguments, results and ownership as struct kvs_blockstore_ops says.
+ */
+int kvs_blockstore_lookup(struct kvs_blockstore *bs,
+			  const uint8_t (*span_ids)[KVS_ID_SIZE],
+			  size_t n_spans, const uint32_t *layers,
+			  size_t n_layers, size_t *prefix);
+int kvs_blockstore_get(struct kvs_blockstore *bs,
+		       const struct kvs_store_key *keys, size_t n,
+		       void *const *bufs, const size_t *caps, size_t *lens,
+		       int *results);
+int kvs_blockstore_put(struct kvs_blockstore *bs, const uint8_t *const *objs,
+		       const size_t *lens, size_t n, int *results);
+int kvs_blockstore_tail_put(struct kvs_blockstore *bs,
+			    const uint8_t key[KVS_ID_SIZE], const uint8_t *tail,
+			    size_t len, uint32_t ttl_ms);
+int kvs_blockstore_tail_take(struct kvs_blockstore *bs,
+			     const uint8_t key[KVS_ID_SIZE], void *buf,
+			     size_t cap, size_t *len);
+/* -EOPNOTSUPP (nothing done) for a store without a remove op. */
+int kvs_blockstore_remove(struct kvs_blockstore *bs,
+			  const struct kvs_store_key *keys, size_t n,
+			  int *results);
+void kvs_blockstore_counters(const struct kvs_blockstore *bs,
+			     struct kvs_blockstore_counters *out);
 
 /* ---- runtime ----------------------------------------------------------- */
 

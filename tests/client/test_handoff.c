@@ -162,6 +162,7 @@ static void test_handoff_missing_block(void **state)
 	kvs_rt_destroy(pre);
 	kvs_rt_destroy(dec);
 	kvs_blockstore_release(bs);
+	faulty_restore(&f);
 	free(ids);
 	free(span_ids);
 }

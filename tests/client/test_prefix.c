@@ -2,8 +2,9 @@
  * test_prefix.c - prefix reuse through a local block store: a prefill that
  * attaches the cached spans of its prompt decodes bit for bit as the one
  * that computed them all (same blocks, same outputs); publishing is
- * deduplicated; namespaces do not share; a block lost, corrupted or
- * swapped between the lookup and the fetch becomes a shorter prefix (or,
+ * deduplicated; namespaces do not share; a block deleted (by the store's
+ * own delete), corrupted or swapped between the lookup and the fetch
+ * becomes a shorter prefix (or,
  * once a layer is in use, a clear error the caller recovers from by
  * recomputing), never a wrong output; a pool too small for the prefix is
  * a clear error that changes nothing.
@@ -183,6 +184,19 @@ static void check_fault(struct fixture *fx, enum fault_kind kind, uint32_t span,
 	kvs_rt_stats(rt, &st);
 	assert_int_equal(corrupt ? st.fetch_corrupt : st.fetch_missed, 1);
 	assert_int_equal(st.pages_free, st.pages_total);
+	if (kind == FAULT_LOST) {
+		/* deleted in the store itself: a lookup now stops there */
+		uint32_t layers[T_LAYERS] = { 0, 1 };
+		size_t prefix = 99;
+
+		assert_non_null(f.saved);
+		assert_int_equal(kvs_blockstore_lookup(fx->store, f.span_ids,
+						       PROMPT / T_R, layers,
+						       T_LAYERS, &prefix),
+				 0);
+		assert_int_equal(prefix, span);
+		faulty_restore(&f);
+	}
 	kvs_rt_destroy(rt);
 	kvs_blockstore_release(bs);
 }
@@ -239,6 +253,7 @@ static void test_lost_block_in_use(void **state)
 	kvs_batch_destroy(batch);
 	kvs_rt_destroy(rt);
 	kvs_blockstore_release(bs);
+	faulty_restore(&f);
 	free(got);
 }
 

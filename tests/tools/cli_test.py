@@ -2,7 +2,8 @@
 """Integration tests of the `kvstash` command line.
 
 Drives the real binary: cli_test.py KVSTASH GROUP, where GROUP is one of
-block, errors, trace, memory, args, demo, bench, conventions.  Every check asserts a
+block, errors, trace, memory, args, demo, demo_cuda (suite gpu), bench,
+conventions.  Every check asserts a
 result (exit status, bytes, numbers); the first failure stops the group
 with a message and exit status 1.
 """
@@ -11,6 +12,7 @@ import math
 import os
 import random
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -607,12 +609,183 @@ def test_conventions():
              path("v2.f32")], "block unpack")
 
 
+def demo_env():
+    """The demo's temporary directories go under TMP, to be checked."""
+    env = dict(os.environ)
+    env["TMPDIR"] = path("demo-tmp")
+    os.makedirs(env["TMPDIR"], exist_ok=True)
+    return env
+
+
+def demo_dirs_left():
+    return os.listdir(path("demo-tmp"))
+
+
+def ours(pid):
+    """Whether @pid is still a process of this build (kvstash or
+    kvstashd), not reaped: a pid reused by another program is not."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            cmd = f.read().split(b"\0")[0].decode(errors="replace")
+        with open("/proc/%d/stat" % pid) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state != "Z" and os.path.basename(cmd) in ("kvstash",
+                                                        "kvstashd")
+
+
+def pids_in(text):
+    return [int(p) for p in re.findall(r"pid (\d+)", text)]
+
+
 def test_demo():
-    _, first, _ = run("demo", expect=0)
-    _, second, _ = run("demo", expect=0)
-    check(first == second, "demo output differs between runs")
+    env = demo_env()
+    # the summary as JSON: every fact the demo shows
+    p = subprocess.run([KVSTASH, "demo", "--json"], capture_output=True,
+                       text=True, timeout=110, env=env)
+    check(p.returncode == 0, "demo --json: exit %d\n%s" % (p.returncode,
+                                                           p.stderr))
+    check(p.stderr == "", "demo --json wrote to stderr: %r" % p.stderr)
+    d = json.loads(p.stdout)
+    r1, r2, lc = d["request1"], d["request2"], d["long"]
+    check(r1["handoff_identical"] is True,
+          "decoding after the handoff differs: %r" % r1)
+    check(r1["published"] == (r1["prompt"] // 128) * d["model"]["layers"],
+          "request 1 published %r" % r1)
+    check(r1["imported_blocks"] == r1["prompt"] // 128, "import %r" % r1)
+    check(r2["hits"] > 0 and r2["attached_tokens"] > 0,
+          "request 2 had no hits: %r" % r2)
+    check(r2["hits"] == r2["attached_tokens"] // 128 *
+          d["model"]["layers"], "hits and attached tokens: %r" % r2)
+    check(r2["attached_tokens"] <= r2["shared"] and
+          r2["prefill_tokens"] == r2["prompt"] - r2["attached_tokens"],
+          "request 2's prefill: %r" % r2)
+    check(r2["recompute_identical"] is True,
+          "attach differs from recompute: %r" % r2)
+    check(lc["block_bytes"] > lc["dram_capacity"],
+          "the long context fits in DRAM: %r" % lc)
+    check(lc["spills"] > 0 and lc["nvme_hits"] > 0,
+          "no spill to NVMe and back: %r" % lc)
+    check(lc["attached_tokens"] == lc["tokens"],
+          "the long context did not all come back: %r" % lc)
+    acc = d["accuracy"]
+    check(acc["values"] > 0 and 0 < acc["relative_l2"] < 0.2,
+          "attention error against fp16: %r" % acc)
+    b = d["bytes"]
+    check(b["moved"] == b["blocks"] + b["tails"] and
+          b["fp16"] > 4 * b["moved"], "bytes moved: %r" % b)
+    check(d["all_stopped"] is True and d["temp_removed"] is True,
+          "processes or directory left: %r" % d)
+    names = [x["name"] for x in d["processes"]]
+    check(names[0] == "kvstashd" and names.count("prefill") == 2 and
+          names.count("decode") == 3, "processes: %r" % names)
+    for x in d["processes"]:
+        check(x["status"] == "exit 0", "process %r" % x)
+        check(not ours(x["pid"]), "process %r is still there" % x)
+    check(demo_dirs_left() == [], "left %r" % demo_dirs_left())
+
+    # the narration and the one-screen summary
+    p = subprocess.run([KVSTASH, "demo", "--steps", "8"],
+                       capture_output=True, text=True, timeout=110,
+                       env=env)
+    check(p.returncode == 0, "demo: exit %d\n%s" % (p.returncode, p.stderr))
+    out = p.stdout
+    for word in ("kvstashd   pid", "request 1", "request 2", "long",
+                 "summary", "handoff", "identical (8 steps", "block hits",
+                 "spilled to NVMe", "relative L2 error", "as fp16 K/V",
+                 "all stopped", "directory removed"):
+        check(word in out, "demo output lacks %r:\n%s" % (word, out))
+    check("DIFFERENT" not in out and "NOT" not in out, out)
+    check(len(out.splitlines()) <= 24, "the summary is not one screen")
+    for pid in pids_in(out):
+        check(not ours(pid), "pid %d is still there" % pid)
+
+    # Ctrl-C: every process stopped, the directory removed, one line
+    check_interrupted(env)
+    # a daemon killed under it: a failure that names it, nothing left
+    check_daemon_killed(env)
+    # a daemon that does not start
+    rc, _, err = run("demo", "--kvstashd", "/bin/false")
+    check(rc == 1 and one_line(err, "demo --kvstashd /bin/false")
+          .startswith("kvstash demo: kvstashd did not start"), err)
+
+    # the one-block walk-through, without a daemon
+    _, first, _ = run("demo", "--block", expect=0)
+    _, second, _ = run("demo", "--block", expect=0)
+    check(first == second, "demo --block output differs between runs")
     for word in ("verify   ok", "refused", "relative", "fp16", "410 KiB"):
-        check(word in first, "demo output lacks %r:\n%s" % (word, first))
+        check(word in first, "demo --block lacks %r:\n%s" % (word, first))
+
+
+def test_demo_cuda():
+    """The demo with the CUDA device (suite gpu; skips without one)."""
+    env = demo_env()
+    p = subprocess.run([KVSTASH, "demo", "--json", "--device", "cuda"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    if p.returncode != 0 and "CUDA asked for, but not built or no usable" \
+            in p.stderr:
+        raise Skip("no usable CUDA device: %s" % p.stderr.strip())
+    check(p.returncode == 0, "demo --device cuda: exit %d\n%s"
+          % (p.returncode, p.stderr))
+    d = json.loads(p.stdout)
+    check(d["device"] == "cuda", "device %r" % d["device"])
+    check(d["request1"]["handoff_identical"] is True and
+          d["request2"]["recompute_identical"] is True and
+          d["request2"]["hits"] > 0, "%r %r" % (d["request1"], d["request2"]))
+    check(d["long"]["spills"] > 0 and d["long"]["nvme_hits"] > 0 and
+          d["long"]["attached_tokens"] == d["long"]["tokens"], "%r" % d["long"])
+    check(0 < d["accuracy"]["relative_l2"] < 0.2, "%r" % d["accuracy"])
+    check(d["all_stopped"] and d["temp_removed"], "%r" % d)
+    for x in d["processes"]:
+        check(not ours(x["pid"]), "process %r is still there" % x)
+    check(demo_dirs_left() == [], "left %r" % demo_dirs_left())
+
+
+def demo_until(env, args, marker):
+    """Starts the demo; returns it and its stdout up to the line holding
+    @marker."""
+    p = subprocess.Popen([KVSTASH, "demo"] + args, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    seen = ""
+    while marker not in seen:
+        line = p.stdout.readline()
+        if not line:
+            p.kill()
+            p.wait()
+            raise Failure("demo ended before %r:\n%s%s" %
+                          (marker, seen, p.stderr.read()))
+        seen += line
+    return p, seen
+
+
+def check_interrupted(env):
+    p, seen = demo_until(env, ["--long", "65536"], "request 1")
+    p.send_signal(signal.SIGINT)
+    rest, err = p.communicate(timeout=60)
+    check(p.returncode == 1, "interrupted demo: exit %d" % p.returncode)
+    line = one_line(err, "interrupted demo")
+    check("interrupted" in line and line.startswith("kvstash demo: "),
+          line)
+    pids = pids_in(seen + rest)
+    check(len(pids) >= 2, "no pids in %r" % seen)
+    for pid in pids:
+        check(not ours(pid), "pid %d is still there after Ctrl-C" % pid)
+    check(demo_dirs_left() == [], "Ctrl-C left %r" % demo_dirs_left())
+
+
+def check_daemon_killed(env):
+    p, seen = demo_until(env, ["--long", "65536"], "request 2")
+    daemon = pids_in(seen)[0]
+    os.kill(daemon, signal.SIGKILL)
+    rest, err = p.communicate(timeout=60)
+    check(p.returncode == 1, "demo without its daemon: exit %d"
+          % p.returncode)
+    line = one_line(err, "demo without its daemon")
+    check("kvstashd" in line or "process" in line, line)
+    for pid in pids_in(seen + rest):
+        check(not ours(pid), "pid %d is still there" % pid)
+    check(demo_dirs_left() == [], "left %r" % demo_dirs_left())
 
 
 def test_bench():
@@ -626,6 +799,7 @@ def test_bench():
 GROUPS = {
     "block": test_block, "errors": test_errors, "trace": test_trace,
     "memory": test_memory, "args": test_args, "demo": test_demo,
+    "demo_cuda": test_demo_cuda,
     "bench": test_bench, "conventions": test_conventions,
 }
 

@@ -4,6 +4,8 @@ Bindings over libkvstash (ctypes, no compiled extension):
   Runtime, Batch, Sequence   the decode runtime (prefill, fused decode
                              steps, publish, prefix attach, tail handoff)
   BlockStore                 where blocks are published and attached from
+  Client, connect            a kvstashd: get / put / lookup / delete, the
+                             tail handoff, stat; a BlockStore too
   Block, verify, span_id     opening, checking and dequantizing objects
   kernels                    the CUDA kernels on torch tensors
   transformers               a transformers Cache and attention function
@@ -15,6 +17,7 @@ NumPy arrays work with the CPU device; torch tensors with both.
 from ._lib import KvsError, lib_path
 from .blocks import Block, check_name, span_id, verify
 from .runtime import Batch, BlockStore, Runtime, Sequence
+from .client import Client, connect
 from . import kernels
 
 __version__ = "0.1.0"
@@ -23,10 +26,12 @@ __all__ = [
     "Batch",
     "Block",
     "BlockStore",
+    "Client",
     "KvsError",
     "Runtime",
     "Sequence",
     "check_name",
+    "connect",
     "kernels",
     "lib_path",
     "span_id",

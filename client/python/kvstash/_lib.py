@@ -174,6 +174,52 @@ class CudaAttn(ctypes.Structure):
     ]
 
 
+class StoreKey(ctypes.Structure):
+    _fields_ = [("span_id", ctypes.c_uint8 * ID_SIZE), ("layer", ctypes.c_uint32)]
+
+
+class ClientOpts(ctypes.Structure):
+    _fields_ = [
+        ("address", ctypes.c_char_p),
+        ("key_file", ctypes.c_char_p),
+        ("connect_timeout_ms", ctypes.c_uint32),
+        ("timeout_ms", ctypes.c_uint32),
+        ("shared_memory", ctypes.c_bool),
+    ]
+
+
+class ClientLimits(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint32) for name in
+                ("max_batch", "max_object", "max_payload", "max_inflight")]
+
+
+class TierStats(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in ("blocks", "bytes", "capacity")]
+
+
+class StoreStats(ctypes.Structure):
+    _fields_ = [("dram", TierStats), ("nvme", TierStats)] + [
+        (name, ctypes.c_uint64) for name in
+        ("hits", "misses", "dram_hits", "nvme_hits", "evictions", "spills", "promotions",
+         "carried", "corrupt_dropped", "torn_dropped", "lost_segments", "compactions",
+         "segments", "nvme_file_bytes")
+    ] + [(name, ctypes.c_bool) for name in ("direct_io", "hugepages", "registered", "host_pinned")]
+
+
+class ClientStat(ctypes.Structure):
+    _fields_ = [("store", StoreStats)] + [
+        (name, ctypes.c_uint64) for name in
+        ("tails", "tail_bytes", "tails_expired", "connections", "uptime_s")
+    ]
+
+
+class BlockStoreCounters(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in
+                ("lookups", "gets", "got", "got_bytes", "get_missed", "puts", "put",
+                 "put_bytes", "tail_puts", "tail_put_bytes", "tail_takes",
+                 "tail_take_bytes", "removed")]
+
+
 def _candidates():
     env = os.environ.get("KVSTASH_LIB")
     if env:
@@ -246,6 +292,9 @@ _fn("kvs_log_set_level", None, _I)
 # runtime
 _fn("kvs_blockstore_local_open", _I, ctypes.c_char_p, _U64, _U64, _U64, _PP)
 _fn("kvs_blockstore_release", None, _P)
+_fn("kvs_blockstore_ref", _P, _P)
+_fn("kvs_blockstore_counters", None, _P, ctypes.POINTER(BlockStoreCounters))
+_fn("kvs_blockstore_remove", _I, _P, ctypes.POINTER(StoreKey), _SZ, ctypes.POINTER(ctypes.c_int))
 _fn("kvs_rt_config_default", None, ctypes.POINTER(RtConfig), _U32, _U32, ctypes.c_uint16,
     ctypes.c_uint16)
 _fn("kvs_rt_create", _I, ctypes.POINTER(RtConfig), _PP)
@@ -281,6 +330,25 @@ _fn("kvs_seq_import_tail", _I, _P, _U32P, _SZ, _P)
 _fn("kvs_seq_block", _I, _P, _U32, _U32, ctypes.POINTER(c_u8p), _SZP)
 _fn("kvs_seq_block_count", _U32, _P, _U32)
 _fn("kvs_seq_history", _I, _P, _U32, _U32, _U32, _I, _P, _P)
+
+# the client of kvstashd: present where the library was built with UCX
+client_available = _fn("kvs_client_connect", _I, ctypes.POINTER(ClientOpts), _PP,
+                       optional=True) is not None
+if client_available:
+    # arrays by address (slices of a batch are offsets into them)
+    _fn("kvs_client_opts_default", None, ctypes.POINTER(ClientOpts))
+    _fn("kvs_client_close", None, _P)
+    _fn("kvs_client_limits", None, _P, ctypes.POINTER(ClientLimits))
+    _fn("kvs_client_lookup", _I, _P, _P, _SZ, _P, _SZ, _SZP)
+    _fn("kvs_client_exists", _I, _P, _P, _SZ, _P)
+    _fn("kvs_client_get", _I, _P, _P, _SZ, _P, _P, _P, _P)
+    _fn("kvs_client_put", _I, _P, _P, _P, _SZ, _I, _P)
+    _fn("kvs_client_delete", _I, _P, _P, _SZ, _P)
+    _fn("kvs_client_tail_put", _I, _P, _P, _P, _SZ, _U32)
+    _fn("kvs_client_tail_take", _I, _P, _P, _P, _SZ, _SZP)
+    _fn("kvs_client_stat", _I, _P, ctypes.POINTER(ClientStat))
+    _fn("kvs_blockstore_remote", _I, _P, _PP)
+    _fn("kvs_blockstore_remote_client", _P, _P)
 
 # the C library's free(), for buffers the library malloc'd
 libc = ctypes.CDLL(ctypes.util.find_library("c"))

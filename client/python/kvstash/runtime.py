@@ -82,8 +82,9 @@ class _Handle:
 
 class BlockStore(_Handle):
     """A block store the runtime talks to.  BlockStore.local(path) is the
-    in-process one over a store directory.  close() drops this reference;
-    the runtimes using it keep their own."""
+    in-process one over a store directory; kvstash.Client is the one over
+    a kvstashd.  close() drops this reference; the runtimes using it keep
+    their own."""
 
     _what = "block store"
 
@@ -100,12 +101,33 @@ class BlockStore(_Handle):
               "opening the store at %s" % path)
         return cls(h)
 
+    def counters(self):
+        """What went through this store since it was opened: lookups,
+        gets / got / got_bytes / get_missed, puts / put / put_bytes,
+        tail_puts / tail_put_bytes, tail_takes / tail_take_bytes, removed."""
+        c = _lib.BlockStoreCounters()
+        lib.kvs_blockstore_counters(self.handle, ctypes.byref(c))
+        return {name: getattr(c, name) for name, _ in _lib.BlockStoreCounters._fields_}
+
+    def remove(self, keys):
+        """Deletes blocks, keys (span_id bytes, layer); True for each that
+        was there."""
+        keys = list(keys)
+        arr = (_lib.StoreKey * max(1, len(keys)))()
+        for i, (span, layer) in enumerate(keys):
+            ctypes.memmove(arr[i].span_id, bytes(span), _lib.ID_SIZE)
+            arr[i].layer = layer
+        res = (ctypes.c_int * max(1, len(keys)))()
+        check(lib.kvs_blockstore_remove(self.handle, arr, len(keys), res), "remove")
+        return [res[i] == 0 for i in range(len(keys))]
+
     def _release(self):
         lib.kvs_blockstore_release(self._h)
 
 
 class Runtime(_Handle):
-    """One model's runtime: shape, quantisation, device, page pool, store."""
+    """One model's runtime: shape, quantisation, device, page pool, store
+    (a BlockStore, e.g. a kvstash.Client, or None)."""
 
     _what = "runtime"
 
@@ -136,6 +158,7 @@ class Runtime(_Handle):
         cfg.model_id = self._model_id
         cfg.name_space = self._namespace
         cfg.store = store.handle if store is not None else None
+        self.store = store
         cfg.stream = stream
         h = ctypes.c_void_p()
         check(lib.kvs_rt_create(ctypes.byref(cfg), ctypes.byref(h)), "creating the runtime")

@@ -3,7 +3,7 @@ kvstash's 2-bit blocks, and an attention function registered as "kvstash".
 
     import kvstash.transformers as kt
     model = AutoModelForCausalLM.from_config(cfg, attn_implementation="kvstash")
-    cache = kt.Cache(model.config, store=kvstash.BlockStore.local("/var/cache/kv"))
+    cache = kt.Cache(model.config, client=kvstash.Client("127.0.0.1:7070", "my.key"))
     cache.attach(input_ids)          # prefix reuse: the cached part is skipped
     model.generate(input_ids, past_key_values=cache, max_new_tokens=64)
 
@@ -104,8 +104,10 @@ class Cache(_HFCache):
     """A transformers Cache over a kvstash runtime.
 
     config      the model's config (layers, heads, head_dim)
+    client      a kvstash.Client: publish to and attach from that kvstashd
+                (and hand requests over through it)
     store       a kvstash.BlockStore, a directory for a local one, or None
-                (no publish, no attach)
+                (no publish, no attach); give one of client and store
     namespace   the tenant's cache salt: prefixes never match across them
     residual    R (= the span S of a block), group G, bits, order ("kivi"
                 or "paper"): the quantisation, part of the block ids
@@ -120,7 +122,7 @@ class Cache(_HFCache):
 
     def __init__(self, config, store=None, namespace="", residual=128, group=32, bits=2,
                  order="kivi", max_tokens=None, pool_pages=None, device="auto", publish=True,
-                 model_id=None, meta_dtype="f16"):
+                 model_id=None, meta_dtype="f16", client=None):
         cfg = _text_config(config)
         types = getattr(cfg, "layer_types", None)
         sliding = (any(t != "full_attention" for t in types) if types
@@ -144,6 +146,10 @@ class Cache(_HFCache):
         self.meta_dtype = meta_dtype
         self.model_id = model_id or "%s:%s" % (getattr(cfg, "_name_or_path", "") or "",
                                                getattr(cfg, "model_type", ""))
+        if client is not None:
+            if store is not None:
+                raise ValueError("kvstash: give the Cache a client or a store, not both")
+            store = client
         if isinstance(store, (str, bytes)) or hasattr(store, "__fspath__"):
             store = BlockStore.local(store)
         self.store = store

@@ -177,6 +177,38 @@ def test_prefix_reuse(tmp_path):
     store.close()
 
 
+def test_prefix_reuse_through_kvstashd(daemon):
+    """The same through a daemon: Cache(client=...) publishes there, a
+    Cache of another connection attaches it, another tenant's does not."""
+    cfg = small_config()
+    model = model_of(cfg, "kvstash")
+    ids = prompt(150, seed=6)
+    first = kt.Cache(model.config, client=daemon.client(), residual=32, model_id="t")
+    first.attach(ids)
+    want = generate(model, ids, first, new=8)
+    first.rt.flush()
+    assert daemon.client().stat()["store"]["dram"]["blocks"] == cfg.num_hidden_layers * (150 // 32)
+
+    runs = []
+    for tenant in ("alice", "carol"):  # carol is bound to alice's namespace
+        reader = daemon.client(tenant)
+        cache = kt.Cache(model.config, client=reader, residual=32, model_id="t")
+        assert cache.attach(ids) == 96
+        runs.append(generate(model, ids, cache, new=8))
+        assert reader.counters()["got"] == cfg.num_hidden_layers * 3
+        cache.close()
+    assert torch.equal(runs[0][0], runs[1][0])
+    assert torch.equal(runs[0][1], runs[1][1])
+    assert runs[0][0].shape == want[0].shape
+
+    other = kt.Cache(model.config, client=daemon.client("bob"), residual=32, model_id="t")
+    assert other.attach(ids) == 0
+    with pytest.raises(ValueError):
+        kt.Cache(model.config, client=reader, store=reader)
+    for c in (first, other):
+        c.close()
+
+
 def test_wrong_attention_is_refused():
     model = model_of(small_config(), "sdpa")
     with pytest.raises(RuntimeError, match="kvstash"):
