@@ -61,8 +61,9 @@ static int cmd_bench(int argc, char **argv)
 	if (argc >= 2)
 		return kvs_cli_usage_error("bench", "unknown benchmark '%s'",
 					   argv[1]);
-	return kvs_cli_usage_error("bench", "which benchmark? format, store, "
-					    "trace, transport, cluster or attach");
+	return kvs_cli_usage_error("bench",
+				   "which benchmark? format, store, "
+				   "trace, transport, cluster or attach");
 }
 
 static const struct command commands[] = {

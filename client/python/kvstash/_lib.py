@@ -202,6 +202,7 @@ class StoreStats(ctypes.Structure):
         (name, ctypes.c_uint64) for name in
         ("hits", "misses", "dram_hits", "nvme_hits", "evictions", "spills", "promotions",
          "carried", "corrupt_dropped", "torn_dropped", "lost_segments", "compactions",
+         "tombstones",
          "segments", "nvme_file_bytes")
     ] + [(name, ctypes.c_bool) for name in ("direct_io", "hugepages", "registered", "host_pinned")]
 
