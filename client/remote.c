@@ -5,11 +5,13 @@
  * hands tails over through a daemon.
  *
  * A call of the runtime may hold more items than the server takes in one
- * request (max_batch items; max_payload bytes for a put): it is cut into
- * requests of the server's limits that are all queued at once (the
- * client keeps at most max_inflight of them on the wire) and then waited
- * for in order, so the transfers of a large get overlap.  A request that
- * failed as a whole fails the call; items of the requests that succeeded
+ * request (max_batch items; max_payload bytes for a put), and a get of a
+ * layer's blocks more bytes than one reply moves well: it is cut into
+ * requests of the server's limits (a get's of about 4 MiB of replies)
+ * that are all queued at once (the client keeps at most max_inflight of
+ * them on the wire) and then waited for in order, so the transfers of a
+ * large get overlap.  A request that failed as a whole fails the call;
+ * items of the requests that succeeded
  * keep their results.  The block store's 32-byte tail keys are the
  * client's request ids.  Puts are acknowledged at memory durability, as
  * the local block store's.  The client verifies every object it hands
@@ -26,13 +28,24 @@ struct remote_bs {
 	struct kvs_client *client;
 };
 
-/* Items per request of a get or delete of @n items. */
-static size_t chunk_of(const struct kvs_client *c, size_t n)
+/* Bytes of replies one get request asks for, at most: a layer's blocks
+ * go as several requests in flight at once rather than one reply of
+ * them all, so the server answers the first while it reads the next and
+ * the transfers of several replies overlap. */
+#define REMOTE_GET_BYTES (4u << 20)
+
+/* Items per request of a get (@caps given) or a delete of @n items. */
+static size_t chunk_of(const struct kvs_client *c, size_t n, const size_t *caps)
 {
 	struct kvs_client_limits lim;
+	size_t step;
 
 	kvs_client_limits(c, &lim);
-	return lim.max_batch < n ? lim.max_batch : n;
+	step = lim.max_batch < n ? lim.max_batch : n;
+	if (caps && caps[0] && step > REMOTE_GET_BYTES / caps[0])
+		step = REMOTE_GET_BYTES / caps[0] ? REMOTE_GET_BYTES / caps[0]
+						  : 1;
+	return step;
 }
 
 /* Waits for every queued request; returns the first failure. */
@@ -68,7 +81,7 @@ static int keyed_batches(struct remote_bs *rb, const struct kvs_store_key *keys,
 			 size_t n, void *const *bufs, const size_t *caps,
 			 size_t *lens, int *results)
 {
-	size_t step = chunk_of(rb->client, n), queued = 0, i;
+	size_t step = chunk_of(rb->client, n, caps), queued = 0, i;
 	struct kvs_client_req **reqs;
 	int err = 0;
 

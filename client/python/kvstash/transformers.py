@@ -177,6 +177,10 @@ class Cache(_HFCache):
         kind = self.device_kind
         if kind == "auto":
             kind = "cuda" if device.type == "cuda" else "cpu"
+        if kind == "cuda" and dtype == torch.float32:
+            raise TypeError("kvstash: the CUDA runtime keeps f16 or bf16 K/V, not float32 (before "
+                            "generate(), attach() takes the model's dtype from its config unless "
+                            "given dtype=)")
         stream = None
         if kind == "cuda":
             stream = torch.cuda.current_stream(device).cuda_stream
@@ -221,7 +225,10 @@ class Cache(_HFCache):
     def attach(self, input_ids, dtype=None, device=None):
         """Records the prompt ids and attaches the longest cached prefix all
         rows share (unpadded prompts of one length); returns the tokens
-        attached, which generate() then skips.  Before generate()."""
+        attached, which generate() then skips.  Before generate().  @dtype
+        is the model's K/V dtype (default: its config's, which a model cast
+        with .to() does not change), @device its device (default: the
+        ids')."""
         ids, rows = self._rows(input_ids, None)
         if any(self._seen):
             raise ValueError("kvstash: attach() is for a fresh cache")

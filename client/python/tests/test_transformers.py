@@ -150,7 +150,7 @@ def test_prefix_reuse(tmp_path):
     ids = prompt(150, seed=5)
 
     first = kt.Cache(model.config, store=store, residual=32, namespace="a", model_id="t")
-    assert first.attach(ids) == 0  # nothing cached yet; records the ids
+    assert first.attach(ids, dtype=DTYPE) == 0  # nothing cached yet; records the ids
     generate(model, ids, first, new=8)
     first.rt.flush()
     assert first.rt.stats()["published"] == cfg.num_hidden_layers * (150 // 32)
@@ -160,7 +160,7 @@ def test_prefix_reuse(tmp_path):
     runs = []
     for _ in range(2):
         cache = kt.Cache(model.config, store=store, residual=32, namespace="a", model_id="t")
-        attached = cache.attach(ids)
+        attached = cache.attach(ids, dtype=DTYPE)
         assert attached == 96  # 4 spans cached; the last R + 22 tokens computed
         seen.clear()
         runs.append(generate(model, ids, cache, new=8))
@@ -171,7 +171,7 @@ def test_prefix_reuse(tmp_path):
     assert torch.equal(runs[0][1], runs[1][1])
 
     other = kt.Cache(model.config, store=store, residual=32, namespace="b", model_id="t")
-    assert other.attach(ids) == 0
+    assert other.attach(ids, dtype=DTYPE) == 0
     for c in (first, cache, other):
         c.close()
     store.close()
@@ -184,7 +184,7 @@ def test_prefix_reuse_through_kvstashd(daemon):
     model = model_of(cfg, "kvstash")
     ids = prompt(150, seed=6)
     first = kt.Cache(model.config, client=daemon.client(), residual=32, model_id="t")
-    first.attach(ids)
+    first.attach(ids, dtype=DTYPE)
     want = generate(model, ids, first, new=8)
     first.rt.flush()
     assert daemon.client().stat()["store"]["dram"]["blocks"] == cfg.num_hidden_layers * (150 // 32)
@@ -193,7 +193,7 @@ def test_prefix_reuse_through_kvstashd(daemon):
     for tenant in ("alice", "carol"):  # carol is bound to alice's namespace
         reader = daemon.client(tenant)
         cache = kt.Cache(model.config, client=reader, residual=32, model_id="t")
-        assert cache.attach(ids) == 96
+        assert cache.attach(ids, dtype=DTYPE) == 96
         runs.append(generate(model, ids, cache, new=8))
         assert reader.counters()["got"] == cfg.num_hidden_layers * 3
         cache.close()
@@ -202,7 +202,7 @@ def test_prefix_reuse_through_kvstashd(daemon):
     assert runs[0][0].shape == want[0].shape
 
     other = kt.Cache(model.config, client=daemon.client("bob"), residual=32, model_id="t")
-    assert other.attach(ids) == 0
+    assert other.attach(ids, dtype=DTYPE) == 0
     with pytest.raises(ValueError):
         kt.Cache(model.config, client=reader, store=reader)
     for c in (first, other):
@@ -221,3 +221,11 @@ def test_unsupported_layouts():
     cache = kt.Cache(small_config(), residual=256)
     with pytest.raises(NotImplementedError):
         cache.reorder_cache(torch.tensor([0]))
+
+
+@pytest.mark.skipif(DEVICE != "cuda", reason="the CUDA runtime's dtypes (runs on the GPU machine)")
+def test_float32_on_cuda_is_refused_with_the_remedy():
+    cfg = small_config()
+    cache = kt.Cache(cfg, residual=32, model_id="t")
+    with pytest.raises(TypeError, match="dtype="):
+        cache.attach(prompt(40), dtype=torch.float32)
