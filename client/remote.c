@@ -11,11 +11,11 @@
  * that are all queued at once (the client keeps at most max_inflight of
  * them on the wire) and then waited for in order, so the transfers of a
  * large get overlap.  A request that failed as a whole fails the call;
- * items of the requests that succeeded
- * keep their results.  The block store's 32-byte tail keys are the
- * client's request ids.  Puts are acknowledged at memory durability, as
- * the local block store's.  The client verifies every object it hands
- * out, so the runtime does not checksum them again.
+ * items of the requests that succeeded keep their results.  The block
+ * store's 32-byte tail keys are the client's request ids.  Puts are
+ * acknowledged at memory durability, as the local block store's.  The
+ * client verifies every object it hands out, so the runtime does not
+ * checksum them again.
  */
 #include <errno.h>
 #include <stdlib.h>
