@@ -5,17 +5,19 @@
  * on layer l while layer l + 1 is in flight.
  *
  * The caller's thread takes the pages and records them in the sequence's
- * page tables at once; the fetch thread gets each layer's blocks into host
- * staging (two sets, alternating, so a layer's copies to the pool overlap
- * the next layer's gets; kept from one attach to the next), checks every
- * block (kvs_object_open: every format check, the checksums only where
- * the store did not verify them already; then that it is the block asked
- * for: kind, shape, model, layer, span id, parent, position) and copies
- * it into its page.  A layer
- * is "done" with the count of leading spans that arrived intact.  The
- * lengths of a layer change only when the caller installs it
- * (kvs_seq_attach_wait / _finish, or the first prefill or step of the
- * layer), after its copies are ordered before the step stream.
+ * page tables at once.  Two threads fetch: a getter takes each layer's
+ * blocks from the block store into host staging (two sets, alternating,
+ * kept from one attach to the next), and the fetch thread checks the
+ * layer before it (kvs_object_open: every format check, the checksums
+ * only where the store did not verify them already; then that it is the
+ * block asked for: kind, shape, model, layer, span id, parent, position)
+ * and copies it into its pages, so a layer's gets overlap the checks and
+ * copies of the one before; a staging set is filled again only once the
+ * copies out of it are over.  A layer is "done" with the count of
+ * leading spans that arrived intact.  The lengths of a layer change only
+ * when the caller installs it (kvs_seq_attach_wait / _finish, or the
+ * first prefill or step of the layer), after its copies are ordered
+ * before the step stream.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -82,14 +84,54 @@ static int check_block(const struct kvs_rt *rt, const struct rt_attach *a,
 	return 0;
 }
 
-/* Fetches one layer into @staging; returns the leading spans that are in
- * their pages now. */
-static uint32_t fetch_layer(struct kvs_rt *rt, struct rt_attach *a,
-			    uint32_t layer, uint8_t *staging,
-			    struct kvs_store_key *keys, void **bufs,
-			    size_t *caps, size_t *lens, int *results)
+/* One staging set: a layer's blocks and the arguments of their get. */
+struct fetch_set {
+	uint8_t *staging;
+	struct kvs_store_key *keys;
+	void **bufs;
+	size_t *caps, *lens;
+	int *results;
+	int err; /* of the get as a whole */
+};
+
+/* The two threads of an attach's fetch: the getter takes layer l + 1's
+ * blocks into one staging set while the fetch thread checks layer l's in
+ * the other and copies them into their pages. */
+struct fetch {
+	struct kvs_rt *rt;
+	struct rt_attach *a;
+	struct fetch_set set[2];
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	uint32_t got; /* layers whose gets are over */
+	uint32_t marked; /* layers whose copies are queued (marks[l] set) */
+	bool stop;
+};
+
+/* The getter's part: layer @layer's blocks into @fs. */
+static void fetch_get(struct fetch *f, struct fetch_set *fs, uint32_t layer)
 {
-	size_t cap = rt->layout.total_size;
+	struct rt_attach *a = f->a;
+	size_t cap = f->rt->layout.total_size;
+
+	for (uint32_t i = 0; i < a->spans; i++) {
+		memcpy(fs->keys[i].span_id, a->span_ids[i], KVS_ID_SIZE);
+		fs->keys[i].layer = layer;
+		fs->bufs[i] = fs->staging + i * cap;
+		fs->caps[i] = cap;
+		fs->lens[i] = 0;
+		fs->results[i] = -KVS_ENOTFOUND;
+	}
+	fs->err = kvs_blockstore_get(f->rt->store, fs->keys, a->spans, fs->bufs,
+				     fs->caps, fs->lens, fs->results);
+}
+
+/* The fetch thread's part: checks layer @layer's blocks in @fs and
+ * copies them into their pages; returns the leading spans that are in
+ * their pages now. */
+static uint32_t fetch_install(struct kvs_rt *rt, struct rt_attach *a,
+			      struct fetch_set *fs, uint32_t layer)
+{
 	unsigned verify = kvs_blockstore_ops(rt->store)->verified
 				  ? KVS_VERIFY_NO_CHECKSUMS
 				  : 0;
@@ -97,33 +139,23 @@ static uint32_t fetch_layer(struct kvs_rt *rt, struct rt_attach *a,
 	struct kvs_view view;
 	int err;
 
-	for (i = 0; i < a->spans; i++) {
-		memcpy(keys[i].span_id, a->span_ids[i], KVS_ID_SIZE);
-		keys[i].layer = layer;
-		bufs[i] = staging + i * cap;
-		caps[i] = cap;
-		lens[i] = 0;
-		results[i] = -KVS_ENOTFOUND;
-	}
-	err = kvs_blockstore_get(rt->store, keys, a->spans, bufs, caps, lens,
-				 results);
-	if (err) {
+	if (fs->err) {
 		kvs_log(KVS_LOG_WARN, "attach: get of layer %u failed: %s",
-			layer, kvs_strerror(err));
+			layer, kvs_strerror(fs->err));
 		rt_count(rt, &rt->stats.fetch_missed, a->spans);
 		return 0;
 	}
 	for (i = 0; i < a->spans; i++) {
-		if (results[i]) {
+		if (fs->results[i]) {
 			/* a later span is of no use without this one */
 			missed = 1;
 			kvs_log(KVS_LOG_WARN,
 				"attach: block %u of layer %u lost since the "
 				"lookup: %s",
-				i, layer, kvs_strerror(results[i]));
+				i, layer, kvs_strerror(fs->results[i]));
 			break;
 		}
-		err = kvs_object_open(bufs[i], lens[i], verify, &view);
+		err = kvs_object_open(fs->bufs[i], fs->lens[i], verify, &view);
 		if (err) {
 			corrupt = 1;
 			kvs_log(KVS_LOG_WARN,
@@ -136,7 +168,7 @@ static uint32_t fetch_layer(struct kvs_rt *rt, struct rt_attach *a,
 		if (!err)
 			err = rt->eng->page_write(
 				rt, a->pages[(size_t)layer * a->spans + i],
-				&view, bufs[i], lens[i]);
+				&view, fs->bufs[i], fs->lens[i]);
 		kvs_view_release(&view);
 		if (err) {
 			corrupt = err == -KVS_ECORRUPT;
@@ -175,58 +207,136 @@ static int rt_fetch_staging(struct kvs_rt *rt, size_t bytes, uint8_t *out[2])
 	return 0;
 }
 
+/* The getter thread: layer l's gets start once the copies out of its
+ * staging set (layer l - 2's) are over. */
+static void *getter_run(void *arg)
+{
+	struct fetch *f = arg;
+	struct rt_attach *a = f->a;
+
+	for (uint32_t l = 0; l < a->layers; l++) {
+		bool stop;
+
+		pthread_mutex_lock(&f->lock);
+		while (!f->stop && l >= 2 && f->marked < l - 1)
+			pthread_cond_wait(&f->cond, &f->lock);
+		stop = f->stop;
+		pthread_mutex_unlock(&f->lock);
+		if (!stop && l >= 2 && a->marks[l - 2] &&
+		    f->rt->eng->mark_wait(f->rt, a->marks[l - 2]))
+			stop = true;
+		if (stop) {
+			f->set[l % 2].err = -ECANCELED;
+		} else {
+			fetch_get(f, &f->set[l % 2], l);
+		}
+		pthread_mutex_lock(&f->lock);
+		f->got = l + 1;
+		if (stop)
+			f->got = a->layers; /* nothing more comes */
+		pthread_cond_broadcast(&f->cond);
+		pthread_mutex_unlock(&f->lock);
+		if (stop)
+			break;
+	}
+	return NULL;
+}
+
+static int fetch_init(struct fetch *f, struct kvs_rt *rt, struct rt_attach *a)
+{
+	size_t n = a->spans, cap = rt->layout.total_size;
+	uint8_t *staging[2] = { NULL, NULL };
+	int err = rt_fetch_staging(rt, cap * n, staging);
+
+	f->rt = rt;
+	f->a = a;
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_cond_init(&f->cond, NULL);
+	for (int i = 0; i < 2; i++) {
+		struct fetch_set *fs = &f->set[i];
+
+		fs->staging = staging[i];
+		fs->keys = malloc(sizeof(*fs->keys) * n);
+		fs->bufs = malloc(sizeof(*fs->bufs) * n);
+		fs->caps = malloc(sizeof(*fs->caps) * n);
+		fs->lens = malloc(sizeof(*fs->lens) * n);
+		fs->results = malloc(sizeof(*fs->results) * n);
+		if (!fs->keys || !fs->bufs || !fs->caps || !fs->lens ||
+		    !fs->results)
+			err = -ENOMEM;
+	}
+	return err;
+}
+
+static void fetch_fini(struct fetch *f)
+{
+	for (int i = 0; i < 2; i++) {
+		struct fetch_set *fs = &f->set[i];
+
+		free(fs->keys);
+		free(fs->bufs);
+		free(fs->caps);
+		free(fs->lens);
+		free(fs->results);
+	}
+	pthread_cond_destroy(&f->cond);
+	pthread_mutex_destroy(&f->lock);
+}
+
 static void fetch_run(struct kvs_rt *rt, struct rt_job *job)
 {
 	struct rt_attach *a = (struct rt_attach *)job;
-	size_t cap = rt->layout.total_size, n = a->spans;
-	uint8_t *staging[2] = { NULL, NULL };
-	struct kvs_store_key *keys;
-	void **bufs;
-	size_t *caps, *lens;
-	int *results;
+	struct fetch f = { 0 };
+	pthread_t getter;
+	bool cancel, started = false;
 	uint32_t l, ok;
-	bool cancel;
 
-	keys = malloc(sizeof(*keys) * n);
-	bufs = malloc(sizeof(*bufs) * n);
-	caps = malloc(sizeof(*caps) * n);
-	lens = malloc(sizeof(*lens) * n);
-	results = malloc(sizeof(*results) * n);
-	if (!keys || !bufs || !caps || !lens || !results ||
-	    rt_fetch_staging(rt, cap * n, staging)) {
-		kvs_log(KVS_LOG_ERR, "attach: out of memory for %zu spans", n);
+	cancel = fetch_init(&f, rt, a) != 0;
+	if (cancel)
+		kvs_log(KVS_LOG_ERR, "attach: out of memory for %u spans",
+			a->spans);
+	else if (pthread_create(&getter, NULL, getter_run, &f) != 0)
 		cancel = true;
-	} else {
-		cancel = false;
-	}
+	else
+		started = true;
 	for (l = 0; l < a->layers; l++) {
 		pthread_mutex_lock(&a->lock);
 		cancel = cancel || a->cancel;
 		pthread_mutex_unlock(&a->lock);
 		ok = 0;
-		/* the copies out of this staging set (layer l - 2) are over */
-		if (!cancel && l >= 2 && a->marks[l - 2])
-			cancel = rt->eng->mark_wait(rt, a->marks[l - 2]) != 0;
+		pthread_mutex_lock(&f.lock);
+		if (cancel)
+			f.stop = true;
+		while (started && !f.stop && f.got <= l)
+			pthread_cond_wait(&f.cond, &f.lock);
+		cancel = cancel || f.stop;
+		pthread_mutex_unlock(&f.lock);
 		if (!cancel)
-			ok = fetch_layer(rt, a, l, staging[l % 2], keys, bufs,
-					 caps, lens, results);
+			ok = fetch_install(rt, a, &f.set[l % 2], l);
 		if (rt->eng->mark(rt, true, &a->marks[l]))
 			ok = 0;
+		pthread_mutex_lock(&f.lock);
+		f.marked = l + 1;
+		pthread_cond_broadcast(&f.cond);
+		pthread_mutex_unlock(&f.lock);
 		pthread_mutex_lock(&a->lock);
 		a->ok[l] = ok;
 		a->done = l + 1;
 		pthread_cond_broadcast(&a->cond);
 		pthread_mutex_unlock(&a->lock);
 	}
+	if (started) {
+		pthread_mutex_lock(&f.lock);
+		f.stop = true;
+		pthread_cond_broadcast(&f.cond);
+		pthread_mutex_unlock(&f.lock);
+		pthread_join(getter, NULL);
+	}
 	/* the staging memory is used again only once its copies are over */
 	for (l = a->layers > 2 ? a->layers - 2 : 0; l < a->layers; l++)
 		if (a->marks[l])
 			rt->eng->mark_wait(rt, a->marks[l]);
-	free(keys);
-	free(bufs);
-	free(caps);
-	free(lens);
-	free(results);
+	fetch_fini(&f);
 	pthread_mutex_lock(&a->lock);
 	a->finished = true;
 	pthread_cond_broadcast(&a->cond);
