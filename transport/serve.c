@@ -27,18 +27,16 @@
 #include "kvstash/log.h"
 #include "server_internal.h"
 
-void ns_span_id(const struct srv_tenant *t, const uint8_t *span_id,
+void ns_span_id(struct srv_tenant *t, const uint8_t *span_id,
 		uint8_t out[KVS_ID_SIZE])
 {
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
 	unsigned len = 0;
 
 	/* a copy of the tenant's absorbed prefix: one compression per id */
-	if (!ctx || !EVP_MD_CTX_copy_ex(ctx, t->ns_prefix) ||
-	    !EVP_DigestUpdate(ctx, span_id, KVS_ID_SIZE) ||
-	    !EVP_DigestFinal_ex(ctx, out, &len))
+	if (!EVP_MD_CTX_copy_ex(t->ns_scratch, t->ns_prefix) ||
+	    !EVP_DigestUpdate(t->ns_scratch, span_id, KVS_ID_SIZE) ||
+	    !EVP_DigestFinal_ex(t->ns_scratch, out, &len))
 		abort(); /* libcrypto cannot fail on a valid context */
-	EVP_MD_CTX_free(ctx);
 }
 
 /* Sets the block id of a 512-byte header and its checksum. */
@@ -78,8 +76,7 @@ static void finish(struct kvs_server *srv, struct srv_req *req,
 	req_done(req);
 }
 
-static const struct srv_tenant *tenant_find(struct kvs_server *srv,
-					    const char *name)
+static struct srv_tenant *tenant_find(struct kvs_server *srv, const char *name)
 {
 	for (size_t i = 0; i < srv->n_tenants; i++)
 		if (strcmp(srv->tenants[i].cfg.name, name) == 0)
@@ -119,7 +116,7 @@ static void serve_hello(struct kvs_server *srv, struct srv_req *req)
 static void serve_auth(struct kvs_server *srv, struct srv_req *req)
 {
 	struct srv_conn *c = req->conn;
-	const struct srv_tenant *t = tenant_find(srv, c->tenant_name);
+	struct srv_tenant *t = tenant_find(srv, c->tenant_name);
 	uint8_t mac[KVS_PROTO_MAC_SIZE];
 	bool ok = false;
 
@@ -380,7 +377,7 @@ oom:
 
 /* Checks one put object as the client sent it and moves it into the
  * tenant's namespace; 0 or the error. */
-static int put_rekey(const struct srv_tenant *t, uint8_t *obj, size_t len,
+static int put_rekey(struct srv_tenant *t, uint8_t *obj, size_t len,
 		     unsigned kind)
 {
 	struct kvs_header h;

@@ -773,8 +773,9 @@ static int tenants_init(struct kvs_server *srv, const struct kvs_server_opts *o)
 		prefix[16] = (uint8_t)nlen;
 		memcpy(prefix + 17, t->cfg.ns, nlen);
 		t->ns_prefix = EVP_MD_CTX_new();
+		t->ns_scratch = EVP_MD_CTX_new();
 		srv->n_tenants++;
-		if (!t->ns_prefix ||
+		if (!t->ns_prefix || !t->ns_scratch ||
 		    !EVP_DigestInit_ex(t->ns_prefix, EVP_sha256(), NULL) ||
 		    !EVP_DigestUpdate(t->ns_prefix, prefix, sizeof(prefix)))
 			return -ENOMEM;
@@ -944,8 +945,10 @@ void kvs_server_destroy(struct kvs_server *srv)
 		reply_free(r);
 	}
 	tails_destroy(srv->tails);
-	for (size_t i = 0; i < srv->n_tenants; i++)
+	for (size_t i = 0; i < srv->n_tenants; i++) {
 		EVP_MD_CTX_free(srv->tenants[i].ns_prefix);
+		EVP_MD_CTX_free(srv->tenants[i].ns_scratch);
+	}
 	free(srv->tenants);
 	if (srv->stop_fd >= 0)
 		close(srv->stop_fd);

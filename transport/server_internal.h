@@ -28,6 +28,9 @@
 struct srv_tenant {
 	struct kvs_server_tenant cfg;
 	EVP_MD_CTX *ns_prefix; /* SHA-256 with the namespace absorbed */
+	/* where ns_span_id works: the server's loop is its one user, so a
+	 * lookup of a long chain allocates nothing per id */
+	EVP_MD_CTX *ns_scratch;
 };
 
 struct srv_conn {
@@ -45,7 +48,7 @@ struct srv_conn {
 	bool over_limit; /* accepted past max_connections: refused */
 	uint8_t nonce[KVS_PROTO_NONCE_SIZE];
 	char tenant_name[KVS_PROTO_TENANT_MAX + 1];
-	const struct srv_tenant *tenant; /* once authenticated */
+	struct srv_tenant *tenant; /* once authenticated */
 	void *close_req;
 	struct srv_conn *hnext; /* by endpoint */
 	struct srv_conn *next; /* all connections */
@@ -159,7 +162,7 @@ uint64_t elapsed_ns(const struct timespec *start);
 /* serve.c: serves one request whose payload is in place; consumes it. */
 void serve(struct kvs_server *srv, struct srv_req *req);
 /* The stored span id of @span_id in @t's namespace. */
-void ns_span_id(const struct srv_tenant *t, const uint8_t *span_id,
+void ns_span_id(struct srv_tenant *t, const uint8_t *span_id,
 		uint8_t out[KVS_ID_SIZE]);
 
 /* tails.c */
