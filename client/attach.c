@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kvstash/log.h"
 #include "runtime_internal.h"
@@ -228,7 +229,12 @@ static void *getter_run(void *arg)
 		if (stop) {
 			f->set[l % 2].err = -ECANCELED;
 		} else {
+			struct timespec t0;
+
+			clock_gettime(CLOCK_MONOTONIC, &t0);
 			fetch_get(f, &f->set[l % 2], l);
+			rt_count(f->rt, &f->rt->stats.fetch_get_us,
+				 rt_elapsed_us(&t0));
 		}
 		pthread_mutex_lock(&f->lock);
 		f->got = l + 1;
@@ -311,8 +317,14 @@ static void fetch_run(struct kvs_rt *rt, struct rt_job *job)
 			pthread_cond_wait(&f.cond, &f.lock);
 		cancel = cancel || f.stop;
 		pthread_mutex_unlock(&f.lock);
-		if (!cancel)
+		if (!cancel) {
+			struct timespec t0;
+
+			clock_gettime(CLOCK_MONOTONIC, &t0);
 			ok = fetch_install(rt, a, &f.set[l % 2], l);
+			rt_count(rt, &rt->stats.fetch_copy_us,
+				 rt_elapsed_us(&t0));
+		}
 		if (rt->eng->mark(rt, true, &a->marks[l]))
 			ok = 0;
 		pthread_mutex_lock(&f.lock);

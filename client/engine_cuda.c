@@ -63,6 +63,12 @@ struct cuda_state {
 	uint32_t *status; /* device flag word of the seals */
 	uint8_t *row_k, *row_v; /* device [kv][D] of kv_dtype */
 	int32_t *list; /* device [max_pages] page lists */
+	/* the attach's copies into the pool, gathered while each block
+	 * follows the one before in both the staging and the pool (the
+	 * fetch thread's alone): one copy a run rather than one a block */
+	uint8_t *run_dst;
+	const uint8_t *run_src;
+	size_t run_len;
 };
 
 struct cuda_scratch {
@@ -566,6 +572,18 @@ static int cuda_resid_write(struct kvs_rt *rt, struct rt_slots *s, uint32_t i,
 	return err;
 }
 
+/* Queues the gathered run of copies on the fetch stream. */
+static int flush_run(struct cuda_state *cs)
+{
+	int err = 0;
+
+	if (cs->run_len)
+		err = CK(cudaMemcpyAsync(cs->run_dst, cs->run_src, cs->run_len,
+					 cudaMemcpyHostToDevice, cs->fetch));
+	cs->run_len = 0;
+	return err;
+}
+
 static int cuda_page_write(struct kvs_rt *rt, int32_t page,
 			   const struct kvs_view *view, const uint8_t *obj,
 			   size_t len)
@@ -573,16 +591,28 @@ static int cuda_page_write(struct kvs_rt *rt, int32_t page,
 	struct cuda_state *cs = state(rt);
 	uint8_t *dst = rt->pool.base + (size_t)page * rt->page_stride;
 	bool canonical = len == rt->layout.total_size;
-	int s, err = 0;
+	int s, err;
 
 	for (s = 0; s < KVS_BLOCK_SECTIONS && canonical; s++)
 		canonical = view->hdr.section[s].codec == KVS_CODEC_RAW &&
 			    view->hdr.section[s].offset == rt->layout.offset[s];
 	/* an uncompressed canonical object is the page, header and all:
-	 * one copy from the (pinned) staging buffer */
-	if (canonical)
-		return CK(cudaMemcpyAsync(dst, obj, len, cudaMemcpyHostToDevice,
-					  cs->fetch));
+	 * one copy from the (pinned) staging buffer, joined to the run
+	 * before it where it continues it */
+	if (canonical) {
+		if (cs->run_len && dst == cs->run_dst + cs->run_len &&
+		    len == rt->page_stride &&
+		    obj == cs->run_src + cs->run_len) {
+			cs->run_len += len;
+			return 0;
+		}
+		err = flush_run(cs);
+		cs->run_dst = dst;
+		cs->run_src = obj;
+		cs->run_len = len;
+		return err;
+	}
+	err = flush_run(cs);
 	for (s = 0; s < KVS_BLOCK_SECTIONS && !err; s++)
 		err = CK(cudaMemcpyAsync(dst + rt->layout.offset[s],
 					 view->section[s], rt->layout.length[s],
@@ -627,6 +657,10 @@ static int cuda_mark(struct kvs_rt *rt, bool copy, void **out)
 	cudaEvent_t ev;
 	int err;
 
+	/* a mark of the copies covers every copy queued before it */
+	err = copy ? flush_run(cs) : 0;
+	if (err)
+		return err;
 	err = CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
 	if (err)
 		return err;

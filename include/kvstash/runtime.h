@@ -257,6 +257,10 @@ struct kvs_rt_stats {
 	uint64_t fetch_missed; /* lost between lookup and fetch */
 	uint64_t fetch_corrupt; /* failed a check, dropped */
 	uint64_t sealed; /* blocks sealed by decode and prefill */
+	/* where attaches spend their time (microseconds, summed): the
+	 * block store's gets, and the checks and copies into the pool (with
+	 * CUDA: enqueueing them), which run beside the next layer's gets */
+	uint64_t fetch_get_us, fetch_copy_us;
 };
 void kvs_rt_stats(struct kvs_rt *rt, struct kvs_rt_stats *out);
 

@@ -112,6 +112,8 @@ class RtStats(ctypes.Structure):
         ("fetch_missed", ctypes.c_uint64),
         ("fetch_corrupt", ctypes.c_uint64),
         ("sealed", ctypes.c_uint64),
+        ("fetch_get_us", ctypes.c_uint64),
+        ("fetch_copy_us", ctypes.c_uint64),
     ]
 
 
