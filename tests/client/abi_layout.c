@@ -83,6 +83,8 @@ int main(void)
 	FIELD(RtStats, kvs_rt_stats, fetch_missed);
 	FIELD(RtStats, kvs_rt_stats, fetch_corrupt);
 	FIELD(RtStats, kvs_rt_stats, sealed);
+	FIELD(RtStats, kvs_rt_stats, fetch_get_us);
+	FIELD(RtStats, kvs_rt_stats, fetch_copy_us);
 	SIZE(CudaSeq, kvs_cuda_seq);
 	FIELD(CudaSeq, kvs_cuda_seq, k_quant_len);
 	FIELD(CudaSeq, kvs_cuda_seq, v_quant_len);
