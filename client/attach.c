@@ -355,6 +355,13 @@ static void fetch_run(struct kvs_rt *rt, struct rt_job *job)
 	pthread_mutex_unlock(&a->lock);
 }
 
+static int cmp_page(const void *x, const void *y)
+{
+	int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+
+	return (a > b) - (a < b);
+}
+
 int rt_attach_start(struct kvs_seq *seq, uint32_t spans)
 {
 	struct kvs_rt *rt = seq->batch->rt;
@@ -383,6 +390,11 @@ int rt_attach_start(struct kvs_seq *seq, uint32_t spans)
 	err = rt_pool_take(rt, spans * L, a->pages);
 	if (err)
 		goto fail_attach;
+	/* in ascending order, a layer's blocks land in pages that follow
+	 * each other where the pool allows it, and the engine copies such a
+	 * run at once (the free list hands out pages in the order they were
+	 * given back) */
+	qsort(a->pages, (size_t)spans * L, sizeof(*a->pages), cmp_page);
 	for (l = 0; l < L; l++) {
 		struct rt_layer *ly = &seq->layer[l];
 
