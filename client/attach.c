@@ -22,8 +22,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "kvstash/log.h"
 #include "runtime_internal.h"
 
@@ -226,20 +226,20 @@ static void *getter_run(void *arg)
 		if (!stop && l >= 2 && a->marks[l - 2] &&
 		    f->rt->eng->mark_wait(f->rt, a->marks[l - 2]))
 			stop = true;
-		if (stop) {
-			f->set[l % 2].err = -ECANCELED;
-		} else {
-			struct timespec t0;
+		if (!stop) {
+			uint64_t t0 = kvs_now_ns();
 
-			clock_gettime(CLOCK_MONOTONIC, &t0);
 			fetch_get(f, &f->set[l % 2], l);
 			rt_count(f->rt, &f->rt->stats.fetch_get_us,
-				 rt_elapsed_us(&t0));
+				 (kvs_now_ns() - t0) / 1000);
 		}
+		/* a stop, the fetch thread's or a failed wait here, stops both:
+		 * the sets hold nothing more to install */
 		pthread_mutex_lock(&f->lock);
-		f->got = l + 1;
 		if (stop)
-			f->got = a->layers; /* nothing more comes */
+			f->stop = true;
+		else
+			f->got = l + 1;
 		pthread_cond_broadcast(&f->cond);
 		pthread_mutex_unlock(&f->lock);
 		if (stop)
@@ -318,12 +318,11 @@ static void fetch_run(struct kvs_rt *rt, struct rt_job *job)
 		cancel = cancel || f.stop;
 		pthread_mutex_unlock(&f.lock);
 		if (!cancel) {
-			struct timespec t0;
+			uint64_t t0 = kvs_now_ns();
 
-			clock_gettime(CLOCK_MONOTONIC, &t0);
 			ok = fetch_install(rt, a, &f.set[l % 2], l);
 			rt_count(rt, &rt->stats.fetch_copy_us,
-				 rt_elapsed_us(&t0));
+				 (kvs_now_ns() - t0) / 1000);
 		}
 		if (rt->eng->mark(rt, true, &a->marks[l]))
 			ok = 0;

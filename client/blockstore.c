@@ -16,8 +16,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "common/clock.h"
 #include "kvstash/log.h"
 #include "kvstash/runtime.h"
 
@@ -224,14 +224,6 @@ struct local_bs {
 	struct local_tail *tails;
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static int local_lookup(void *ctx, const uint8_t (*span_ids)[KVS_ID_SIZE],
 			size_t n_spans, const uint32_t *layers, size_t n_layers,
 			size_t *prefix)
@@ -305,7 +297,7 @@ static int local_tail_put(void *ctx, const uint8_t key[KVS_ID_SIZE],
 	struct local_bs *lb = ctx;
 	struct kvs_header h;
 	struct local_tail *t, **p;
-	uint64_t now = now_ns();
+	uint64_t now = kvs_now_ns();
 	int err;
 
 	if (ttl_ms == 0)
@@ -355,7 +347,7 @@ static int local_tail_take(void *ctx, const uint8_t key[KVS_ID_SIZE], void *buf,
 	int err = -KVS_ENOTFOUND;
 
 	pthread_mutex_lock(&lb->lock);
-	local_expire(lb, now_ns());
+	local_expire(lb, kvs_now_ns());
 	for (p = &lb->tails; (t = *p); p = &t->next) {
 		if (memcmp(t->key, key, KVS_ID_SIZE) != 0)
 			continue;

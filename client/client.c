@@ -25,14 +25,6 @@
 #include "kvstash/log.h"
 #include "transport/keyfile.h"
 
-uint64_t client_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void kvs_client_opts_default(struct kvs_client_opts *opts)
 {
 	memset(opts, 0, sizeof(*opts));
@@ -211,7 +203,7 @@ static bool progress_turn(struct kvs_client *cl)
 	drain_queue(cl);
 	while ((k = ucp_worker_progress(cl->ucx.worker)))
 		n += k;
-	now = client_now_ns();
+	now = kvs_now_ns();
 	if (cl->route) {
 		bool check = now - cl->last_check > 1000000ull;
 
@@ -243,7 +235,7 @@ static bool stop_turn(struct kvs_client *cl, uint64_t close_since)
 {
 	/* a close the peer never answers: the worker's destruction cleans
 	 * it up */
-	bool late = client_now_ns() - close_since >
+	bool late = kvs_now_ns() - close_since >
 		    (uint64_t)cl->opts.connect_timeout_ms * 1000000ull;
 
 	if (cl->route)
@@ -273,7 +265,7 @@ static void *progress_main(void *arg)
 		pthread_mutex_lock(&cl->progress);
 		progress_turn(cl);
 		if (stop && !close_since)
-			close_since = client_now_ns();
+			close_since = kvs_now_ns();
 		if (stop)
 			done = stop_turn(cl, close_since);
 		busy = busy_now(cl);
@@ -305,7 +297,7 @@ static void *progress_main(void *arg)
  * threads spinning at once would starve everything else of cores. */
 static void drive_until_done(struct kvs_client *cl, struct kvs_client_req *req)
 {
-	uint64_t idle_since = client_now_ns();
+	uint64_t idle_since = kvs_now_ns();
 	bool driving = true;
 
 	__atomic_fetch_add(&cl->waiters, 1, __ATOMIC_RELAXED);
@@ -319,8 +311,8 @@ static void drive_until_done(struct kvs_client *cl, struct kvs_client_req *req)
 
 			pthread_mutex_unlock(&cl->progress);
 			if (moved)
-				idle_since = client_now_ns();
-			else if (client_now_ns() - idle_since > 100000ull) {
+				idle_since = kvs_now_ns();
+			else if (kvs_now_ns() - idle_since > 100000ull) {
 				/* the progress thread takes over */
 				driving = false;
 				__atomic_fetch_sub(&cl->waiters, 1,
@@ -393,7 +385,7 @@ int client_submit(struct kvs_client *c, struct kvs_client_req *req,
 	req->cl = c;
 	req->cb = cb;
 	req->arg = arg;
-	req->deadline_ns = client_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	req->deadline_ns = kvs_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	pthread_mutex_lock(&c->lock);
 	if (c->stopping) {
 		pthread_mutex_unlock(&c->lock);
@@ -1178,7 +1170,7 @@ int kvs_client_connect(const struct kvs_client_opts *opts,
 	uint32_t budget = opts && opts->connect_timeout_ms
 				  ? opts->connect_timeout_ms
 				  : 5000;
-	uint64_t end = client_now_ns() + (uint64_t)budget * 1000000ull;
+	uint64_t end = kvs_now_ns() + (uint64_t)budget * 1000000ull;
 	int err;
 
 	/* a connection the transport lost while it was being made (a burst
@@ -1187,7 +1179,7 @@ int kvs_client_connect(const struct kvs_client_opts *opts,
 	for (;;) {
 		err = connect_once(opts, out);
 		if ((err != -KVS_ECONN && err != -ECANCELED) ||
-		    client_now_ns() + 100000000ull > end)
+		    kvs_now_ns() + 100000000ull > end)
 			return err == -ECANCELED ? -KVS_ECONN : err;
 		usleep(50000);
 	}

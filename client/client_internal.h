@@ -27,6 +27,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/clock.h"
 #include "kvstash/client.h"
 #include "kvstash/transport.h"
 #include "transport/proto.h"
@@ -139,8 +140,6 @@ struct kvs_client {
 	/* finished requests with on_done (the progress thread's) */
 	struct kvs_client_req *deferred, **deferred_tail;
 };
-
-uint64_t client_now_ns(void);
 
 /* client.c: building requests (the public calls and cluster parts) */
 struct kvs_client_req *req_new(uint16_t opcode, uint32_t count, size_t body_len,

@@ -389,7 +389,7 @@ void conn_fail(struct kvs_conn *conn, int status)
 		.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
 		.flags = UCP_EP_CLOSE_FLAG_FORCE,
 	};
-	uint64_t now = client_now_ns();
+	uint64_t now = kvs_now_ns();
 	void *creq;
 
 	if (conn->broken)

@@ -601,7 +601,6 @@ static int cuda_page_write(struct kvs_rt *rt, int32_t page,
 	 * before it where it continues it */
 	if (canonical) {
 		if (cs->run_len && dst == cs->run_dst + cs->run_len &&
-		    len == rt->page_stride &&
 		    obj == cs->run_src + cs->run_len) {
 			cs->run_len += len;
 			return 0;

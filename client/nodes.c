@@ -139,7 +139,7 @@ handshake_req(struct route *rt, struct kvs_conn *conn, uint16_t opcode)
 	req->on_done = handshake_done;
 	req->owner = conn;
 	req_seal(rt->cl, req,
-		 client_now_ns() +
+		 kvs_now_ns() +
 			 (uint64_t)rt->opts.node_timeout_ms * 1000000ull);
 	return req;
 }
@@ -186,7 +186,7 @@ static void handshake_done(struct kvs_client_req *req)
 				conn->node->id, conn->address);
 		conn_fail(conn, err);
 	}
-	route_unpark(rt, client_now_ns());
+	route_unpark(rt, kvs_now_ns());
 }
 
 struct kvs_conn *node_conn(struct route *rt, struct kvs_node *node)
@@ -327,7 +327,7 @@ void route_refresh(struct route *rt, bool force)
 {
 	struct kvs_cluster_view_stats st;
 	struct kvs_cluster_members *m;
-	uint64_t now = client_now_ns();
+	uint64_t now = kvs_now_ns();
 
 	if (!rt->view ||
 	    (!force && now - rt->last_view_ns < ROUTE_VIEW_CHECK_NS))
@@ -551,7 +551,7 @@ bool route_shutdown(struct route *rt, bool force)
 			conn_fail(conn, -KVS_ECONN);
 		conn_progress_close(conn);
 	}
-	route_progress(rt, client_now_ns(), false);
+	route_progress(rt, kvs_now_ns(), false);
 	return idle && rt->cl->deferred == NULL;
 }
 

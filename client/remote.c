@@ -42,8 +42,8 @@ static size_t chunk_of(const struct kvs_client *c, size_t n, const size_t *caps)
 
 	kvs_client_limits(c, &lim);
 	step = lim.max_batch < n ? lim.max_batch : n;
-	if (caps && caps[0] && step > REMOTE_GET_BYTES / caps[0])
-		step = REMOTE_GET_BYTES / caps[0] ? REMOTE_GET_BYTES / caps[0]
+	if (caps && caps[0] && step * caps[0] > REMOTE_GET_BYTES)
+		step = caps[0] < REMOTE_GET_BYTES ? REMOTE_GET_BYTES / caps[0]
 						  : 1;
 	return step;
 }

@@ -694,7 +694,7 @@ static bool send_round(struct route_op *op, struct target *t, size_t n)
 	size_t *start = malloc((op->n_nodes + 1) * sizeof(*start));
 	struct target *sorted = start ? by_node(op, t, n, start) : NULL;
 	uint64_t deadline =
-		client_now_ns() +
+		kvs_now_ns() +
 		(uint64_t)route_node_timeout_ms(op->rt) * 1000000ull;
 
 	if (deadline > op->req->deadline_ns)
@@ -745,7 +745,7 @@ static void op_advance(struct route_op *op)
 
 	if (op->outstanding)
 		return;
-	if (op->rt->shutting || client_now_ns() >= op->req->deadline_ns ||
+	if (op->rt->shutting || kvs_now_ns() >= op->req->deadline_ns ||
 	    op->fail == -ENOMEM) {
 		int why = op->rt->shutting	? -KVS_ECONN
 			  : op->fail == -ENOMEM ? -ENOMEM
@@ -952,7 +952,7 @@ static void repair(struct route_op *op)
 {
 	const struct route_call *c = &op->call;
 	uint64_t deadline =
-		client_now_ns() +
+		kvs_now_ns() +
 		(uint64_t)route_node_timeout_ms(op->rt) * 1000000ull;
 
 	for (size_t i = 0; i < op->n_items; i++) {

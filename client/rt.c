@@ -12,7 +12,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kvstash/log.h"
 #include "runtime_internal.h"
@@ -443,15 +442,6 @@ int kvs_rt_flush(struct kvs_rt *rt)
 	rt->publish_error = 0;
 	pthread_mutex_unlock(&rt->lock);
 	return err;
-}
-
-uint64_t rt_elapsed_us(const struct timespec *t0)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)((t.tv_sec - t0->tv_sec) * 1000000 +
-			  (t.tv_nsec - t0->tv_nsec) / 1000);
 }
 
 void rt_count(struct kvs_rt *rt, uint64_t *counter, uint64_t n)

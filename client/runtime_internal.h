@@ -21,7 +21,6 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <time.h>
 
 #include "kvstash/runtime.h"
 
@@ -208,8 +207,6 @@ struct kvs_rt {
 };
 
 void rt_count(struct kvs_rt *rt, uint64_t *counter, uint64_t n);
-/* Microseconds since @t0 (CLOCK_MONOTONIC). */
-uint64_t rt_elapsed_us(const struct timespec *t0);
 
 /* ---- batch and sequence ---------------------------------------------------
  */

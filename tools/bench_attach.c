@@ -597,14 +597,10 @@ static void report(const struct bench *b, double *t2, double *tg, double *t16,
 {
 	const struct attach_args *a = b->a;
 	double blocks = (double)a->layers * b->chunks;
-	struct kvs_layout lay;
-	struct kvs_shape s;
 	double bytes2, bytes16, m2, mg, m16, mget, mcopy;
 	struct kvs_cli_json j;
 
-	kvs_shape_default(&s, (uint16_t)a->kv_heads, (uint16_t)a->head_dim);
-	kvs_block_layout(&s, &lay);
-	bytes2 = blocks * lay.total_size;
+	bytes2 = blocks * b->block_size;
 	bytes16 = blocks * b->tail_layout.total_size;
 	if (!a->json) {
 		printf("prefix: %u tokens, %u layers, %u KV heads, head dim "
