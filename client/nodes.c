@@ -260,6 +260,9 @@ static struct kvs_node *node_get(struct route *rt,
 		node->lease = m->lease;
 		node->next = rt->nodes;
 		rt->nodes = node;
+		/* a member seen again after it left (and was forgotten) is a
+		 * new registration: what marked it down is past */
+		kvs_cluster_backoff_clear(rt->backoff, node->id);
 		return node;
 	}
 	if (strcmp(node->address, m->address) != 0) {

@@ -20,7 +20,9 @@
  *     among the current members (the one more finds a block put while a
  *     member ranked above it was down or away) the previous members are
  *     asked; a failure (no answer in time, a lost connection) counts for
- *     nothing and the next candidate is tried;
+ *     nothing and the next candidate is tried; a candidate marked down
+ *     is passed over, and asked after the others if its mark has ended
+ *     by then (a node back from a pause, or registered again);
  *   put, tail put: the first `replicas` candidates at once, then the
  *     next ones for copies that failed;
  *   delete, stat: every member at once, one round.
@@ -387,24 +389,47 @@ static bool skip(struct route_op *op, struct route_item *it, uint16_t j)
 	return true;
 }
 
-/* A read's next target, or false when it has none (then it is done). */
+/* Whether a read of @it may still ask the candidate at position @p. */
+static bool read_wants(const struct route_op *op, const struct route_item *it,
+		       uint8_t p)
+{
+	return p < it->n_cur
+		       ? it->answered_cur < op->replicas + ROUTE_READ_EXTRA
+		       : it->answered_prev < op->replicas;
+}
+
+/*
+ * A read's next target, or false when it has none (then it is done).
+ * Candidates in rank order; one marked down is passed over, and asked
+ * once the others are done if its mark has ended by then (a member that
+ * came back, or registered again, holds what it held).
+ */
 static bool next_read_target(struct route_op *op, struct route_item *it,
 			     uint16_t *node, uint8_t *pos)
 {
 	while (it->pos < it->n_cand) {
 		uint8_t p = it->pos;
-		bool cur = p < it->n_cur;
 
-		if (cur &&
-		    it->answered_cur >= op->replicas + ROUTE_READ_EXTRA) {
+		if (!read_wants(op, it, p)) {
+			if (p >= it->n_cur)
+				break;
 			it->pos = it->n_cur;
 			continue;
 		}
-		if (!cur && it->answered_prev >= op->replicas)
-			break;
 		it->pos++;
-		if (skip(op, it, it->cand[p]))
+		if (skip(op, it, it->cand[p])) {
+			it->skipped |= 1u << p;
 			continue;
+		}
+		*node = it->cand[p];
+		*pos = p;
+		return true;
+	}
+	for (uint8_t p = 0; p < it->n_cand; p++) {
+		if (!(it->skipped & (1u << p)) || op->down[it->cand[p]] ||
+		    !read_wants(op, it, p))
+			continue;
+		it->skipped &= ~(1u << p);
 		*node = it->cand[p];
 		*pos = p;
 		return true;

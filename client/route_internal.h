@@ -60,6 +60,7 @@ struct route_item {
 	uint8_t stored; /* put: copies acknowledged */
 	uint8_t attempts;
 	uint32_t missed; /* positions that answered 'miss' (read repair) */
+	uint32_t skipped; /* positions passed over while marked down */
 	bool done, present;
 	bool answered; /* a node answered about it */
 	int result;

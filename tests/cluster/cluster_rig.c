@@ -251,36 +251,40 @@ void rig_down(struct rig *r)
 	r->has_bridge = false;
 }
 
-struct kvs_client *rig_client(struct rig *r, unsigned replicas,
-			      uint32_t node_timeout_ms, uint32_t timeout_ms)
+void rig_client_opts(struct rig *r, unsigned replicas,
+		     uint32_t node_timeout_ms, uint32_t timeout_ms,
+		     struct kvs_client_cluster_opts *o)
 {
-	return rig_client_repair(r, replicas, node_timeout_ms, timeout_ms,
-				 false);
+	kvs_client_cluster_opts_default(o);
+	o->etcd = r->etcd.endpoint;
+	o->cluster = r->cluster;
+	o->key_file = key_path(&r->node[0], "alice");
+	o->replicas = replicas;
+	o->node_timeout_ms = node_timeout_ms;
+	o->timeout_ms = timeout_ms;
+	o->backoff_ms = 2000;
+	o->etcd_timeout_ms = 1000;
 }
 
-struct kvs_client *rig_client_repair(struct rig *r, unsigned replicas,
-				     uint32_t node_timeout_ms,
-				     uint32_t timeout_ms, bool repair)
+struct kvs_client *rig_connect(struct rig *r,
+			       const struct kvs_client_cluster_opts *o)
 {
-	struct kvs_client_cluster_opts o;
 	struct kvs_client *c = NULL;
-	int err;
+	int err = kvs_client_connect_cluster(o, &c);
 
-	kvs_client_cluster_opts_default(&o);
-	o.etcd = r->etcd.endpoint;
-	o.cluster = r->cluster;
-	o.key_file = key_path(&r->node[0], "alice");
-	o.replicas = replicas;
-	o.node_timeout_ms = node_timeout_ms;
-	o.timeout_ms = timeout_ms;
-	o.backoff_ms = 2000;
-	o.repair_replicas = repair;
-	o.etcd_timeout_ms = 1000;
-	err = kvs_client_connect_cluster(&o, &c);
 	if (err)
 		fail_msg("connect to cluster %s: %s", r->cluster,
 			 kvs_strerror(err));
 	return c;
+}
+
+struct kvs_client *rig_client(struct rig *r, unsigned replicas,
+			      uint32_t node_timeout_ms, uint32_t timeout_ms)
+{
+	struct kvs_client_cluster_opts o;
+
+	rig_client_opts(r, replicas, node_timeout_ms, timeout_ms, &o);
+	return rig_connect(r, &o);
 }
 
 static bool has_member(struct kvs_client *c, const char *id)

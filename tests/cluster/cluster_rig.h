@@ -52,13 +52,16 @@ void rig_node_start(struct rig *r, int i);
 /* Kills everything, removes namespaces and directories. */
 void rig_down(struct rig *r);
 
-/* A cluster client of the rig's etcd (tenant alice). */
+/* A cluster client of the rig's etcd (tenant alice): its options
+ * (back-off 2 s, etcd calls 1 s), for a caller to change, then the
+ * connection; rig_client does both. */
+void rig_client_opts(struct rig *r, unsigned replicas,
+		     uint32_t node_timeout_ms, uint32_t timeout_ms,
+		     struct kvs_client_cluster_opts *o);
+struct kvs_client *rig_connect(struct rig *r,
+			       const struct kvs_client_cluster_opts *o);
 struct kvs_client *rig_client(struct rig *r, unsigned replicas,
 			      uint32_t node_timeout_ms, uint32_t timeout_ms);
-/* The same with read repair (kvs_client_cluster_opts.repair_replicas). */
-struct kvs_client *rig_client_repair(struct rig *r, unsigned replicas,
-				     uint32_t node_timeout_ms,
-				     uint32_t timeout_ms, bool repair);
 /* Waits until the client's members are @n (and, with @id, include or,
  * with !@present, exclude it); returns the milliseconds it took, or -1
  * after @timeout_ms. */

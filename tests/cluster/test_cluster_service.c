@@ -7,7 +7,9 @@
  *     two members rendezvous hashing ranks first; lookup finds a chain
  *     spread over the nodes; kill -9 of one node under load: every get
  *     of an acknowledged block still succeeds from its other replica,
- *     and the node leaves the client's view within the lease time;
+ *     the node leaves the client's view within the lease time, and once
+ *     it is back (a new registration) a client that had marked it down
+ *     uses it at once;
  *     SIGSTOP of another: calls that reach it end within the client's
  *     timeout and go elsewhere, its lease expires and it leaves, and
  *     after SIGCONT it joins again and serves; etcd killed: the client
@@ -264,16 +266,46 @@ static void test_placement_and_lookup(void **state)
 	kvs_cluster_members_release(m);
 }
 
-/* kill -9 of node 0 under load. */
+/* Whether client @c has node @id marked down (after a call that read the
+ * latest members). */
+static bool marked_down(struct kvs_client *c, const char *id)
+{
+	struct kvs_client_node *nodes;
+	bool down = false;
+	size_t n;
+
+	assert_int_equal(kvs_client_nodes(c, true, &nodes, &n), 0);
+	free(nodes);
+	assert_int_equal(kvs_client_nodes(c, false, &nodes, &n), 0);
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(nodes[i].id, id) == 0)
+			down = nodes[i].marked_down;
+	free(nodes);
+	return down;
+}
+
+/*
+ * kill -9 of node 0 under load.  A second client with a back-off longer
+ * than the test marks the dead node down; once the node is back on its
+ * store (a new registration, at a new port), that mark is past: the node
+ * serves that client at once.
+ */
 static void test_kill(void **state)
 {
+	struct kvs_client_cluster_opts o;
+	struct kvs_client *watcher;
+	struct load_stats st;
 	long left;
 
 	(void)state;
+	rig_client_opts(&rig, REPLICAS, node_timeout_ms, TIMEOUT_MS, &o);
+	o.backoff_ms = 600000;
+	watcher = rig_connect(&rig, &o);
 	load_start(&load);
 	sleep(1);
 	assert_int_equal(daemon_stop(&rig.node[0], SIGKILL, 5000), 128 + 9);
 	kvs_log(KVS_LOG_INFO, "test: node 0 killed");
+	assert_true(marked_down(watcher, "n0"));
 	left = rig_wait_members(client, 2, "n0", false, LEAVE_MS + 2000);
 	printf("killed node left the view after %ld ms\n", left);
 	assert_true(left >= 0 && left <= LEAVE_MS);
@@ -285,6 +317,15 @@ static void test_kill(void **state)
 	/* back, on its store: it registers again */
 	rig_node_start(&rig, 0);
 	assert_true(rig_wait_members(client, 3, "n0", true, 10000) >= 0);
+	assert_true(rig_wait_members(watcher, 3, "n0", true, 10000) >= 0);
+	assert_false(marked_down(watcher, "n0"));
+	load.c = watcher;
+	load_check_all(&load, &st);
+	load.c = client;
+	check_load("acknowledged blocks read by a client that had marked "
+		   "the node down", &st);
+	assert_true(st.gets_ok > 0);
+	kvs_client_close(watcher);
 }
 
 /* SIGSTOP of node 1 under load, then SIGCONT. */
@@ -443,15 +484,17 @@ static size_t count_unreplicated(void)
 /* --repair-replicas: a pass of reads puts the copies back. */
 static void test_read_repair(void **state)
 {
-	struct kvs_client *repairer = rig_client_repair(
-		&rig, REPLICAS, node_timeout_ms, TIMEOUT_MS, true);
-	struct kvs_client *reader = load.c;
+	struct kvs_client_cluster_opts o;
+	struct kvs_client *repairer, *reader = load.c;
 	struct kvs_client_counters cn = { 0 }, was;
 	struct load_stats st;
 	size_t before, after;
 	uint64_t t0;
 
 	(void)state;
+	rig_client_opts(&rig, REPLICAS, node_timeout_ms, TIMEOUT_MS, &o);
+	o.repair_replicas = true;
+	repairer = rig_connect(&rig, &o);
 	before = count_unreplicated();
 	load.c = repairer;
 	load_check_all(&load, &st);
