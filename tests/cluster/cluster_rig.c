@@ -251,9 +251,8 @@ void rig_down(struct rig *r)
 	r->has_bridge = false;
 }
 
-void rig_client_opts(struct rig *r, unsigned replicas,
-		     uint32_t node_timeout_ms, uint32_t timeout_ms,
-		     struct kvs_client_cluster_opts *o)
+void rig_client_opts(struct rig *r, unsigned replicas, uint32_t node_timeout_ms,
+		     uint32_t timeout_ms, struct kvs_client_cluster_opts *o)
 {
 	kvs_client_cluster_opts_default(o);
 	o->etcd = r->etcd.endpoint;

@@ -55,9 +55,8 @@ void rig_down(struct rig *r);
 /* A cluster client of the rig's etcd (tenant alice): its options
  * (back-off 2 s, etcd calls 1 s), for a caller to change, then the
  * connection; rig_client does both. */
-void rig_client_opts(struct rig *r, unsigned replicas,
-		     uint32_t node_timeout_ms, uint32_t timeout_ms,
-		     struct kvs_client_cluster_opts *o);
+void rig_client_opts(struct rig *r, unsigned replicas, uint32_t node_timeout_ms,
+		     uint32_t timeout_ms, struct kvs_client_cluster_opts *o);
 struct kvs_client *rig_connect(struct rig *r,
 			       const struct kvs_client_cluster_opts *o);
 struct kvs_client *rig_client(struct rig *r, unsigned replicas,

@@ -323,7 +323,8 @@ static void test_kill(void **state)
 	load_check_all(&load, &st);
 	load.c = client;
 	check_load("acknowledged blocks read by a client that had marked "
-		   "the node down", &st);
+		   "the node down",
+		   &st);
 	assert_true(st.gets_ok > 0);
 	kvs_client_close(watcher);
 }
