@@ -1067,7 +1067,8 @@ static int authenticate(struct kvs_client *c)
 	return err ? err : kvs_client_wait(req);
 }
 
-int client_create(const struct kvs_client_opts *opts, bool cluster,
+int client_create(const struct kvs_client_opts *opts,
+		  const struct kvs_server_tenant *tenant, bool cluster,
 		  struct kvs_client **out)
 {
 	struct kvs_client *c;
@@ -1104,7 +1105,10 @@ int client_create(const struct kvs_client_opts *opts, bool cluster,
 		goto fail;
 	}
 	c->conn.address = c->address;
-	err = kvs_keyfile_read_client(opts->key_file, &c->conn.tenant);
+	if (tenant)
+		c->conn.tenant = *tenant;
+	err = tenant ? 0
+		     : kvs_keyfile_read_client(opts->key_file, &c->conn.tenant);
 	if (err) {
 		kvs_log(KVS_LOG_ERR, "kvstash client: %s: %s", opts->key_file,
 			kvs_strerror(err));
@@ -1141,14 +1145,13 @@ int client_start(struct kvs_client *c)
 }
 
 static int connect_once(const struct kvs_client_opts *opts,
+			const struct kvs_server_tenant *tenant,
 			struct kvs_client **out)
 {
 	struct kvs_client *c;
 	int err;
 
-	if (!opts || !opts->address || !opts->key_file)
-		return -KVS_EPARAM;
-	err = client_create(opts, false, &c);
+	err = client_create(opts, tenant, false, &c);
 	if (err)
 		return err;
 	err = conn_open(c, &c->conn, opts->address);
@@ -1164,25 +1167,46 @@ static int connect_once(const struct kvs_client_opts *opts,
 	return 0;
 }
 
-int kvs_client_connect(const struct kvs_client_opts *opts,
-		       struct kvs_client **out)
+/* A connection (@tenant: its key, else opts->key_file's) within the
+ * connect timeout: one the transport lost while it was being made (a
+ * burst of clients at once) is tried again while the timeout allows;
+ * refusals and timeouts are final. */
+static int connect_retry(const struct kvs_client_opts *opts,
+			 const struct kvs_server_tenant *tenant,
+			 struct kvs_client **out)
 {
-	uint32_t budget = opts && opts->connect_timeout_ms
-				  ? opts->connect_timeout_ms
-				  : 5000;
+	uint32_t budget =
+		opts->connect_timeout_ms ? opts->connect_timeout_ms : 5000;
 	uint64_t end = kvs_now_ns() + (uint64_t)budget * 1000000ull;
 	int err;
 
-	/* a connection the transport lost while it was being made (a burst
-	 * of clients at once) is tried again while the timeout allows;
-	 * refusals and timeouts are final */
 	for (;;) {
-		err = connect_once(opts, out);
+		err = connect_once(opts, tenant, out);
 		if ((err != -KVS_ECONN && err != -ECANCELED) ||
 		    kvs_now_ns() + 100000000ull > end)
 			return err == -ECANCELED ? -KVS_ECONN : err;
 		usleep(50000);
 	}
+}
+
+int kvs_client_connect(const struct kvs_client_opts *opts,
+		       struct kvs_client **out)
+{
+	if (!opts || !opts->address || !opts->key_file || !out)
+		return -KVS_EPARAM;
+	return connect_retry(opts, NULL, out);
+}
+
+int kvs_client_dup(struct kvs_client *c, struct kvs_client **out)
+{
+	struct kvs_client_opts opts;
+
+	if (!c || !out || c->route)
+		return -KVS_EPARAM;
+	opts = c->opts;
+	opts.address = c->address;
+	opts.key_file = NULL; /* the key is the tenant's, read once */
+	return connect_retry(&opts, &c->conn.tenant, out);
 }
 
 void kvs_client_limits(const struct kvs_client *client,

@@ -164,8 +164,10 @@ int client_submit(struct kvs_client *c, struct kvs_client_req *req,
 		  uint32_t timeout_ms, kvs_client_cb cb, void *arg,
 		  struct kvs_client_req **req_out);
 /* A client with its worker (replies to conn_on_reply, or with @cluster
- * to route_on_reply), connected to nothing; 0 or the error (logged). */
-int client_create(const struct kvs_client_opts *opts, bool cluster,
+ * to route_on_reply), connected to nothing, with @tenant's key (NULL:
+ * opts->key_file's); 0 or the error (logged). */
+int client_create(const struct kvs_client_opts *opts,
+		  const struct kvs_server_tenant *tenant, bool cluster,
 		  struct kvs_client **out);
 /* Starts the progress thread. */
 int client_start(struct kvs_client *c);

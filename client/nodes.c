@@ -764,7 +764,7 @@ int kvs_client_connect_cluster(const struct kvs_client_cluster_opts *opts,
 		co.timeout_ms = opts->timeout_ms;
 	co.connect_timeout_ms =
 		opts->node_timeout_ms ? opts->node_timeout_ms : 2000;
-	err = client_create(&co, true, &c);
+	err = client_create(&co, NULL, true, &c);
 	if (err)
 		return err;
 	/* a call may hold this many items; nodes get them in their own

@@ -10,12 +10,14 @@
  * requests of the server's limits (a get's of about 4 MiB of replies)
  * that are all queued at once (the client keeps at most max_inflight of
  * them on the wire) and then waited for in order, so the transfers of a
- * large get overlap.  A request that failed as a whole fails the call;
- * items of the requests that succeeded keep their results.  The block
- * store's 32-byte tail keys are the client's request ids.  Puts are
- * acknowledged at memory durability, as the local block store's.  The
- * client verifies every object it hands out, so the runtime does not
- * checksum them again.
+ * large get overlap.  With lanes (kvs_blockstore_remote_lanes) a get's
+ * requests go round several connections of the same tenant, each with
+ * its own progress thread; the waiter checks each reply as it waits.  A request
+ * that failed as a whole fails the call; items of the requests that succeeded
+ * keep their results.  The block store's 32-byte tail keys are the client's
+ * request ids.  Puts are acknowledged at memory durability, as the local block
+ * store's.  The client verifies every object it hands out, so the runtime does
+ * not checksum them again.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -25,7 +27,9 @@
 #include "kvstash/runtime.h"
 
 struct remote_bs {
-	struct kvs_client *client;
+	struct kvs_client *client; /* lane[0] */
+	struct kvs_client *lane[KVS_BLOCKSTORE_LANES_MAX];
+	unsigned lanes;
 };
 
 /* Bytes of replies one get request asks for, at most: a layer's blocks
@@ -34,18 +38,22 @@ struct remote_bs {
  * the transfers of several replies overlap. */
 #define REMOTE_GET_BYTES (4u << 20)
 
-/* Items per request of a get (@caps given) or a delete of @n items. */
-static size_t chunk_of(const struct kvs_client *c, size_t n, const size_t *caps)
+/* Items per request of a get (@caps given) or a delete of @n items; a
+ * get's requests as many as a multiple of the @lanes they go over. */
+static size_t chunk_of(const struct kvs_client *c, size_t n, const size_t *caps,
+		       unsigned lanes)
 {
 	struct kvs_client_limits lim;
-	size_t step;
+	size_t step, k;
 
 	kvs_client_limits(c, &lim);
 	step = lim.max_batch < n ? lim.max_batch : n;
 	if (caps && caps[0] && step * caps[0] > REMOTE_GET_BYTES)
 		step = caps[0] < REMOTE_GET_BYTES ? REMOTE_GET_BYTES / caps[0]
 						  : 1;
-	return step;
+	k = (n + step - 1) / step;
+	k = (k + lanes - 1) / lanes * lanes;
+	return (n + k - 1) / k;
 }
 
 /* Waits for every queued request; returns the first failure. */
@@ -76,12 +84,13 @@ static int remote_lookup(void *ctx, const uint8_t (*span_ids)[KVS_ID_SIZE],
 
 /* A get (@bufs given) or a delete (@bufs NULL) of @n keys, in requests
  * of the server's batch limit, all queued before the first is waited
- * for. */
+ * for; a get's requests go round the lanes. */
 static int keyed_batches(struct remote_bs *rb, const struct kvs_store_key *keys,
 			 size_t n, void *const *bufs, const size_t *caps,
 			 size_t *lens, int *results)
 {
-	size_t step = chunk_of(rb->client, n, caps), queued = 0, i;
+	unsigned lanes = bufs ? rb->lanes : 1;
+	size_t step = chunk_of(rb->client, n, caps, lanes), queued = 0, i;
 	struct kvs_client_req **reqs;
 	int err = 0;
 
@@ -94,10 +103,10 @@ static int keyed_batches(struct remote_bs *rb, const struct kvs_store_key *keys,
 		size_t m = n - i < step ? n - i : step;
 
 		if (bufs)
-			err = kvs_client_get_async(rb->client, keys + i, m,
-						   bufs + i, caps + i, lens + i,
-						   results + i, NULL, NULL,
-						   &reqs[queued]);
+			err = kvs_client_get_async(
+				rb->lane[queued % lanes], keys + i, m, bufs + i,
+				caps + i, lens + i, results + i, NULL, NULL,
+				&reqs[queued]);
 		else
 			err = kvs_client_delete_async(rb->client, keys + i, m,
 						      results + i, NULL, NULL,
@@ -195,7 +204,8 @@ static void remote_destroy(void *ctx)
 
 	if (!rb)
 		return;
-	kvs_client_close(rb->client);
+	for (unsigned i = rb->lanes; i-- > 0;)
+		kvs_client_close(rb->lane[i]);
 	free(rb);
 }
 
@@ -214,24 +224,44 @@ static const struct kvs_blockstore_ops remote_ops = {
 _Static_assert(KVS_CLIENT_REQUEST_ID == KVS_ID_SIZE,
 	       "tail keys are request ids");
 
-int kvs_blockstore_remote(struct kvs_client *client,
-			  struct kvs_blockstore **out)
+int kvs_blockstore_remote_lanes(struct kvs_client *client, unsigned lanes,
+				struct kvs_blockstore **out)
 {
 	struct remote_bs *rb;
-	int err;
+	int err = 0;
 
-	if (!client || !out)
+	if (!client || !out || lanes == 0 || lanes > KVS_BLOCKSTORE_LANES_MAX)
 		return -KVS_EPARAM;
 	rb = calloc(1, sizeof(*rb));
 	if (!rb) {
 		kvs_log(KVS_LOG_ERR, "block store: out of memory");
 		return -ENOMEM;
 	}
-	rb->client = client;
-	err = kvs_blockstore_create(&remote_ops, rb, out);
-	if (err)
-		free(rb); /* the client stays the caller's */
+	rb->client = rb->lane[0] = client;
+	for (rb->lanes = 1; rb->lanes < lanes && !err; rb->lanes++) {
+		err = kvs_client_dup(client, &rb->lane[rb->lanes]);
+		if (err) {
+			kvs_log(KVS_LOG_ERR,
+				"block store: connection %u of %u: %s",
+				rb->lanes + 1, lanes, kvs_strerror(err));
+			break;
+		}
+	}
+	if (!err)
+		err = kvs_blockstore_create(&remote_ops, rb, out);
+	if (err) {
+		/* the client stays the caller's */
+		while (rb->lanes-- > 1)
+			kvs_client_close(rb->lane[rb->lanes]);
+		free(rb);
+	}
 	return err;
+}
+
+int kvs_blockstore_remote(struct kvs_client *client,
+			  struct kvs_blockstore **out)
+{
+	return kvs_blockstore_remote_lanes(client, 1, out);
 }
 
 struct kvs_client *kvs_blockstore_remote_client(const struct kvs_blockstore *bs)

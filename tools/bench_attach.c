@@ -42,7 +42,7 @@
 #endif
 
 #define CMD "bench attach"
-#define N_OPTS 14
+#define N_OPTS 15
 #define MAX_RUNS 64
 #define TTL_MS 600000
 
@@ -52,7 +52,7 @@ static const char attach_usage[] =
 	"                            [--q-heads N] [--head-dim N] [--runs N]\n"
 	"                            [--device auto|cpu|cuda] "
 	"[--shared-memory]\n"
-	"                            [--json]\n"
+	"                            [--lanes N] [--json]\n"
 	"\n"
 	"The time to make a cached prefix of --tokens (default 32768) ready\n"
 	"to decode from a kvstashd: the runtime attaching its 2-bit blocks\n"
@@ -60,11 +60,12 @@ static const char attach_usage[] =
 	"through the same daemon into device buffers.  Default shape: 32\n"
 	"layers, 8 KV heads, 32 query heads, head dim 128 (Llama-3-8B).  The\n"
 	"daemon needs --tail-capacity above 2 x layers x tokens x kv-heads x\n"
-	"head-dim bytes x 1.01 for the fp16 objects.\n";
+	"head-dim bytes x 1.01 for the fp16 objects.  --lanes (default 4):\n"
+	"the connections each path spreads its gets over.\n";
 
 struct attach_args {
 	const char *server, *key_file, *device;
-	uint32_t tokens, layers, kv_heads, q_heads, head_dim, runs;
+	uint32_t tokens, layers, kv_heads, q_heads, head_dim, runs, lanes;
 	bool shared_memory, json;
 };
 
@@ -72,6 +73,8 @@ struct bench {
 	const struct attach_args *a;
 	struct kvs_blockstore *bs;
 	struct kvs_client *client; /* the block store's */
+	/* the fp16 path's connections: client and lanes - 1 more */
+	struct kvs_client *lane[KVS_BLOCKSTORE_LANES_MAX];
 	struct kvs_rt *rt;
 	bool cuda;
 	uint32_t R, chunks; /* tokens a block, blocks a layer */
@@ -511,8 +514,9 @@ static int fp16_once(struct bench *b, double *secs)
 
 			fp16_id(l, c, id);
 			err = kvs_client_tail_take_async(
-				b->client, id, stage + (size_t)c * size, size,
-				&lens[c], NULL, NULL, &reqs[queued]);
+				b->lane[c % b->a->lanes], id,
+				stage + (size_t)c * size, size, &lens[c], NULL,
+				NULL, &reqs[queued]);
 			if (!err)
 				queued++;
 		}
@@ -604,9 +608,9 @@ static void report(const struct bench *b, double *t2, double *tg, double *t16,
 	bytes16 = blocks * b->tail_layout.total_size;
 	if (!a->json) {
 		printf("prefix: %u tokens, %u layers, %u KV heads, head dim "
-		       "%u, %s\n",
+		       "%u, %s, %u connection(s) a path\n",
 		       a->tokens, a->layers, a->kv_heads, a->head_dim,
-		       b->cuda ? "CUDA" : "CPU");
+		       b->cuda ? "CUDA" : "CPU", a->lanes);
 		for (uint32_t i = 0; i < a->runs; i++)
 			printf("run %u: 2-bit %.1f ms (gets %.1f ms), fp16 "
 			       "%.1f "
@@ -627,6 +631,7 @@ static void report(const struct bench *b, double *t2, double *tg, double *t16,
 		kvs_cli_json_u64(&j, "kv_heads", a->kv_heads);
 		kvs_cli_json_u64(&j, "head_dim", a->head_dim);
 		kvs_cli_json_u64(&j, "runs", a->runs);
+		kvs_cli_json_u64(&j, "lanes", a->lanes);
 		kvs_cli_json_double(&j, "publish_s", b->publish_s);
 		kvs_cli_json_u64(&j, "bytes_2bit", (uint64_t)bytes2);
 		kvs_cli_json_u64(&j, "bytes_fp16", (uint64_t)bytes16);
@@ -726,6 +731,8 @@ static void cleanup(struct bench *b)
 	dev_free(b, b->dst_v);
 	host_free(b, b->stage[0]);
 	host_free(b, b->stage[1]);
+	for (uint32_t i = 1; i < b->a->lanes; i++)
+		kvs_client_close(b->lane[i]);
 	kvs_blockstore_release(b->bs);
 	free(b->ids);
 	free(b->keys);
@@ -740,7 +747,8 @@ int kvs_bench_attach(int argc, char **argv)
 				 .kv_heads = 8,
 				 .q_heads = 32,
 				 .head_dim = 128,
-				 .runs = 3 };
+				 .runs = 3,
+				 .lanes = 4 };
 	struct kvs_cli_opt opts[N_OPTS] = {
 		KVS_OPT_STR("server", &a.server, true),
 		KVS_OPT_STR("auth-key-file", &a.key_file, true),
@@ -751,6 +759,8 @@ int kvs_bench_attach(int argc, char **argv)
 		KVS_OPT_U32("q-heads", &a.q_heads, 1, 256, false),
 		KVS_OPT_U32("head-dim", &a.head_dim, 64, 256, false),
 		KVS_OPT_U32("runs", &a.runs, 1, MAX_RUNS, false),
+		KVS_OPT_U32("lanes", &a.lanes, 1, KVS_BLOCKSTORE_LANES_MAX,
+			    false),
 		KVS_OPT_FLAG("shared-memory", &a.shared_memory),
 		KVS_OPT_FLAG("json", &a.json),
 	};
@@ -784,12 +794,18 @@ int kvs_bench_attach(int argc, char **argv)
 		kvs_cli_error(CMD, "%s: %s", a.server, kvs_strerror(err));
 		return KVS_EXIT_FAIL;
 	}
-	err = kvs_blockstore_remote(c, &b.bs);
+	err = kvs_blockstore_remote_lanes(c, a.lanes, &b.bs);
 	if (err) {
 		kvs_client_close(c);
 		return kvs_cli_fail(CMD, err, "block store");
 	}
-	b.client = c;
+	b.client = b.lane[0] = c;
+	for (uint32_t i = 1; i < a.lanes && !err; i++)
+		err = kvs_client_dup(c, &b.lane[i]);
+	if (err) {
+		cleanup(&b);
+		return kvs_cli_fail(CMD, err, "connection for the fp16 path");
+	}
 	err = run(&b);
 	cleanup(&b);
 	return err ? KVS_EXIT_FAIL : KVS_EXIT_OK;

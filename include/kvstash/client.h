@@ -120,6 +120,14 @@ int kvs_client_connect_cluster(const struct kvs_client_cluster_opts *opts,
 int kvs_client_connect(const struct kvs_client_opts *opts,
 		       struct kvs_client **out);
 
+/*
+ * kvs_client_dup - another connection of @c's (a client of one server,
+ * not a cluster's): the same server, tenant key and options, its own
+ * progress thread.  Returns 0 and *@out, -KVS_EPARAM for a cluster
+ * client, or kvs_client_connect's errors.
+ */
+int kvs_client_dup(struct kvs_client *c, struct kvs_client **out);
+
 /* Fails what is still in flight with -KVS_ECONN, closes, frees.  NULL is
  * a no-op. */
 void kvs_client_close(struct kvs_client *client);
@@ -324,6 +332,21 @@ struct kvs_blockstore;
  */
 int kvs_blockstore_remote(struct kvs_client *client,
 			  struct kvs_blockstore **out);
+
+#define KVS_BLOCKSTORE_LANES_MAX 16
+
+/*
+ * kvs_blockstore_remote_lanes - the same, with the gets spread over
+ * @lanes connections (1..KVS_BLOCKSTORE_LANES_MAX): @client's and
+ * @lanes - 1 more made by kvs_client_dup, which the block store owns.
+ * One connection's progress thread receives and one waiter checks what
+ * it receives; a large get (an attach's layer) on several goes at the
+ * rate of several.  Everything but gets goes through @client.  Returns
+ * as kvs_blockstore_remote, or kvs_client_dup's errors (then the caller
+ * keeps @client).
+ */
+int kvs_blockstore_remote_lanes(struct kvs_client *client, unsigned lanes,
+				struct kvs_blockstore **out);
 
 /* The client of a block store made by kvs_blockstore_remote (NULL for
  * another kind): for the calls the block store interface has not (stat,

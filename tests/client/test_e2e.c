@@ -4,7 +4,8 @@
  * this program runs the tests (cmocka) and, started again by them with a
  * role as its first argument (fork and exec of itself), the prefill, decode,
  * attach, recompute and delete processes.  Each role connects with its
- * tenant's key and talks to the daemon through kvs_blockstore_remote; it
+ * tenant's key and talks to the daemon through kvs_blockstore_remote (the
+ * attach's gets spread over three connections); it
  * writes its decode outputs (float32) and a line of counts to files that
  * the test compares.
  *
@@ -56,7 +57,9 @@ static void request_id(uint32_t n, uint8_t id[KVS_ID_SIZE])
 	id[31] = 0xe2;
 }
 
-static struct kvs_blockstore *remote_store(const struct role_args *a)
+/* The daemon as a block store whose gets go over @lanes connections. */
+static struct kvs_blockstore *remote_store(const struct role_args *a,
+					   unsigned lanes)
 {
 	struct kvs_client_opts o;
 	struct kvs_client *c = NULL;
@@ -66,7 +69,7 @@ static struct kvs_blockstore *remote_store(const struct role_args *a)
 	o.address = a->addr;
 	o.key_file = a->key_file;
 	assert_int_equal(kvs_client_connect(&o, &c), 0);
-	assert_int_equal(kvs_blockstore_remote(c, &bs), 0);
+	assert_int_equal(kvs_blockstore_remote_lanes(c, lanes, &bs), 0);
 	return bs;
 }
 
@@ -118,7 +121,7 @@ static void decode_out(const struct role_args *a, struct kvs_seq *seq,
  * on decoding by itself (the outputs without a handoff). */
 static int role_prefill(const struct role_args *a)
 {
-	struct kvs_blockstore *bs = remote_store(a);
+	struct kvs_blockstore *bs = remote_store(a, 1);
 	uint32_t *ids = t_ids(ID_SEED + a->req, a->prompt);
 	uint8_t rid[KVS_ID_SIZE];
 	struct kvs_rt_stats st;
@@ -145,7 +148,7 @@ static int role_prefill(const struct role_args *a)
  * when the import finds nothing. */
 static int role_decode(const struct role_args *a)
 {
-	struct kvs_blockstore *bs = remote_store(a);
+	struct kvs_blockstore *bs = remote_store(a, 1);
 	uint32_t *ids = t_ids(ID_SEED + a->req, a->prompt);
 	uint8_t rid[KVS_ID_SIZE];
 	struct kvs_rt *rt;
@@ -238,7 +241,7 @@ static const struct kvs_blockstore_ops hooked_ops = {
  * decoding; with the pipe ends, through the hooked store. */
 static int role_attach(const struct role_args *a)
 {
-	struct kvs_blockstore *remote = remote_store(a), *bs = remote;
+	struct kvs_blockstore *remote = remote_store(a, 3), *bs = remote;
 	struct hooked h = { .inner = remote,
 			    .sync_out = a->sync_out,
 			    .sync_in = a->sync_in };
@@ -295,7 +298,7 @@ static int role_recompute(const struct role_args *a)
 static int role_delete(const struct role_args *a, uint32_t span,
 		       uint32_t prompt)
 {
-	struct kvs_blockstore *bs = remote_store(a);
+	struct kvs_blockstore *bs = remote_store(a, 1);
 	uint32_t *ids = t_ids(ID_SEED + a->req, prompt);
 	uint8_t(*span_ids)[KVS_ID_SIZE] = malloc(KVS_ID_SIZE * (span + 1));
 	struct kvs_store_key key;

@@ -188,7 +188,7 @@ static int node_of(const char *id)
 /*
  * Blocks go to the two members ranked first; lookup finds a chain spread
  * over the nodes and stops at the first block deleted; stat lists the
- * members.
+ * members; a cluster client is not duplicated (kvs_client_dup).
  */
 static void test_placement_and_lookup(void **state)
 {
@@ -200,6 +200,7 @@ static void test_placement_and_lookup(void **state)
 	int res[2 * CHAIN];
 	struct kvs_client *direct[3];
 	struct kvs_cluster_members *m = members_now();
+	struct kvs_client *dup = NULL;
 	struct kvs_client_node *nodes;
 	size_t n;
 
@@ -220,6 +221,9 @@ static void test_placement_and_lookup(void **state)
 		assert_int_equal(res[i], 0);
 	for (int i = 0; i < 3; i++)
 		direct[i] = direct_client(i);
+	/* a cluster client has no one server to connect to again */
+	assert_int_equal(kvs_client_dup(client, &dup), -KVS_EPARAM);
+	assert_null(dup);
 	for (int k = 0; k < 2 * CHAIN && !netns_mode; k++) {
 		uint32_t rank[REPLICAS];
 		bool expect[3] = { false }, present;

@@ -167,7 +167,7 @@ static void test_shared_memory(void **state)
 	struct daemon d;
 	struct blocks b = { 0 };
 	struct kvs_client_opts o;
-	struct kvs_client *c;
+	struct kvs_client *c, *dup;
 	const char *extra[] = { "--shared-memory", NULL };
 	int res[BATCH];
 
@@ -183,7 +183,12 @@ static void test_shared_memory(void **state)
 					BATCH, KVS_DURABILITY_WRITTEN, res),
 			 0);
 	get_check(c, &b, BATCH);
+	/* another connection of the same client's: the same tenant, and
+	 * on its own once the first is closed */
+	assert_int_equal(kvs_client_dup(c, &dup), 0);
 	kvs_client_close(c);
+	get_check(dup, &b, BATCH);
+	kvs_client_close(dup);
 	/* a client without it still reaches the same daemon */
 	c = client_of(&d, "carol", 0);
 	get_check(c, &b, BATCH);

@@ -351,6 +351,7 @@ if client_available:
     _fn("kvs_client_tail_take", _I, _P, _P, _P, _SZ, _SZP)
     _fn("kvs_client_stat", _I, _P, ctypes.POINTER(ClientStat))
     _fn("kvs_blockstore_remote", _I, _P, _PP)
+    _fn("kvs_blockstore_remote_lanes", _I, _P, ctypes.c_uint, _PP)
     _fn("kvs_blockstore_remote_client", _P, _P)
 
 # the C library's free(), for buffers the library malloc'd

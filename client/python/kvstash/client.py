@@ -66,12 +66,14 @@ def _struct_dict(st):
 
 class Client(BlockStore):
     """A connection to the kvstashd at `address` ("HOST:PORT"), authenticated
-    with the key file `key_file` ("TENANT HEXKEY" or "HEXKEY")."""
+    with the key file `key_file` ("TENANT HEXKEY" or "HEXKEY").  `lanes`
+    connections (1 to 16) share the gets of an attach; everything else goes
+    over the first."""
 
     _what = "client"
 
     def __init__(self, address, key_file, *, timeout_ms=10000, connect_timeout_ms=5000,
-                 shared_memory=False):
+                 shared_memory=False, lanes=1):
         _need_client()
         opts = _lib.ClientOpts()
         lib.kvs_client_opts_default(ctypes.byref(opts))
@@ -86,7 +88,7 @@ class Client(BlockStore):
         check(lib.kvs_client_connect(ctypes.byref(opts), ctypes.byref(c)),
               "connecting to %s" % address)
         bs = ctypes.c_void_p()
-        err = lib.kvs_blockstore_remote(c, ctypes.byref(bs))
+        err = lib.kvs_blockstore_remote_lanes(c, int(lanes), ctypes.byref(bs))
         if err:
             lib.kvs_client_close(c)
             raise KvsError(err, "block store")

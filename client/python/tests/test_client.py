@@ -106,6 +106,8 @@ def test_bad_connect(daemon, tmp_path):
     assert "auth" in str(e.value)
     with pytest.raises(kvstash.KvsError):
         kvstash.Client("127.0.0.1:1", daemon.key("alice"), connect_timeout_ms=500)
+    with pytest.raises(kvstash.KvsError):
+        daemon.client(lanes=0)
 
 
 def test_runtime_through_the_daemon(daemon):
@@ -122,7 +124,8 @@ def test_runtime_through_the_daemon(daemon):
     assert writer.stats()["published"] == (200 // R) * L
     assert daemon.client().stat()["store"]["dram"]["blocks"] == (200 // R) * L
 
-    reader_client = daemon.client()
+    # the attach's gets over three connections
+    reader_client = daemon.client(lanes=3)
     reader = runtime(store=reader_client)
     seq = reader.batch(1).sequence()
     assert seq.attach_prefix(ids) == 160
