@@ -316,7 +316,7 @@ static void reply_error_to(struct kvs_server *srv, struct srv_conn *c,
 	};
 
 	clock_gettime(CLOCK_MONOTONIC, &tmp.start);
-	if (opcode < KVS_OP_COUNT)
+	if (err && opcode < KVS_OP_COUNT)
 		M_ADD(srv->m.errors[opcode], 1);
 	r = reply_new(&tmp);
 	if (!r) {

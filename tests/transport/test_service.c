@@ -318,6 +318,13 @@ static void test_auth(void **state)
 	m = metrics_fetch(&d);
 	assert_non_null(m);
 	assert_non_null(strstr(m, "kvstash_auth_failures_total 4\n"));
+	/* as errors by opcode: the refused proofs (the wrong key, the
+	 * replays) and the request made before any, never a proof that
+	 * was accepted */
+	assert_non_null(
+		strstr(m, "kvstash_request_errors_total{op=\"auth\"} 3\n"));
+	assert_non_null(
+		strstr(m, "kvstash_request_errors_total{op=\"get\"} 1\n"));
 	free(m);
 	assert_int_equal(daemon_stop(&d, SIGTERM, 10000), 0);
 	daemon_cleanup(&d);
@@ -614,6 +621,10 @@ static void test_tails(void **state)
 	m = metrics_fetch(&d);
 	assert_non_null(m);
 	assert_non_null(strstr(m, "kvstash_tails_expired_total 1\n"));
+	/* the accepted tail puts are no errors; the block offered as a
+	 * tail is */
+	assert_non_null(
+		strstr(m, "kvstash_request_errors_total{op=\"tail_put\"} 1\n"));
 	free(m);
 	kvs_client_close(prefill);
 	kvs_client_close(decode);
