@@ -72,13 +72,14 @@ int kvs_bench_transport(int argc, char **argv)
 	struct kvs_client *clients[64] = { NULL };
 	struct kvs_cli_json j;
 	int rc, err, res[BATCH];
-	int counts[2] = { 1, 0 };
+	int counts[2] = { 1, 0 }, n_counts;
 
 	rc = kvs_cli_parse("bench transport", argc, argv, opts,
 			   sizeof(opts) / sizeof(opts[0]), NULL, 0, NULL);
 	if (rc)
 		return kvs_cli_usage("bench transport", bench_usage, rc);
 	counts[1] = (int)threads_max;
+	n_counts = threads_max > 1 ? 2 : 1; /* --threads 1: one pass */
 	err = bench_make_set(&b);
 	for (uint32_t i = 0; !err && i < threads_max; i++)
 		err = connect_client(&b, &clients[i]);
@@ -101,7 +102,7 @@ int kvs_bench_transport(int argc, char **argv)
 		printf("block: %zu bytes; batch: %d blocks (%.2f MiB)\n",
 		       b.size, BATCH, (double)b.size * BATCH / (1 << 20));
 	}
-	for (int ti = 0; ti < 2; ti++) {
+	for (int ti = 0; ti < n_counts; ti++) {
 		for (int p = GET_ONE; p <= LOOKUP; p++) {
 			struct result r = { 0 };
 
