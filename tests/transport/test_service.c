@@ -456,6 +456,18 @@ static void test_malformed(void **state)
 	/* unknown opcode */
 	len = raw_frame(frame, 99, 0, 0, 3);
 	bad_frame(&d, frame, len, NULL, 0, -KVS_EOPCODE, true);
+	/* a frame over the largest (KVS_PROTO_MAX_FRAME), its body length
+	 * consistent: refused before any of it is read as a request */
+	{
+		uint8_t *huge = calloc(1, 2 * KVS_PROTO_MAX_FRAME);
+
+		assert_non_null(huge);
+		len = raw_frame(
+			huge, KVS_OP_STAT, 0,
+			KVS_PROTO_MAX_FRAME + 64 - KVS_PROTO_HEADER_SIZE, 3);
+		bad_frame(&d, huge, len, NULL, 0, -KVS_EPROTO, true);
+		free(huge);
+	}
 	/* body length that does not match the frame */
 	len = raw_frame(frame, KVS_OP_STAT, 0, 0, 3);
 	kvs_put32(frame + KVS_PROTO_OFF_BODY_LEN, 16);
