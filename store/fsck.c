@@ -235,9 +235,21 @@ static void progress(struct fsck *f, uint64_t bytes)
 		f->opts->progress(f->opts->progress_arg, f->done, f->total);
 }
 
+/* Where the manifest says segment @id, the head, was closed cleanly: the
+ * log up to there was synced, so nothing in it is torn (0: not so). */
+static uint64_t clean_end(const struct fsck *f, uint64_t id)
+{
+	const struct manifest *m = &f->man;
+
+	return f->have_man && (m->flags & MANIFEST_CLEAN) && m->head_id == id
+		       ? m->head_length
+		       : 0;
+}
+
 static int check_segment(struct fsck *f, uint64_t id)
 {
 	struct seg_check c = { .f = f, .id = id };
+	struct walk_opts wo = { .clean_end = clean_end(f, id) };
 	struct walk_end end;
 	uint8_t page[SEG_HEADER_SIZE];
 	char path[4200], name[32];
@@ -312,7 +324,7 @@ static int check_segment(struct fsck *f, uint64_t id)
 		if (err)
 			goto out;
 	}
-	err = seg_walk(f->io, fd, id, size, 0, verdict_cb, &c, &end);
+	err = seg_walk_opts(f->io, fd, id, size, &wo, verdict_cb, &c, &end);
 	if (err)
 		goto out;
 	c.log_end = end.log_end;

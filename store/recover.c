@@ -57,6 +57,18 @@ struct scan {
 				       * damage dropped, when damaged */
 };
 
+struct recovery {
+	struct dir_listing ls;
+	struct manifest man;
+	bool have_man;
+	bool rewrite_manifest; /* what the manifest says changed */
+	bool dir_synced; /* the directory fsynced by this open */
+	struct scan *sc; /* one per segment kept */
+	struct scan **older; /* the ones scanned together */
+	size_t nsc, nolder;
+	uint64_t total; /* segment bytes, for progress */
+};
+
 /* Something starting at @off of the segment was dropped. */
 static void mark_bad(struct scan *sc, uint64_t off)
 {
@@ -310,15 +322,23 @@ static int newest_cb(void *arg, const struct walk_item *it)
 	return 0;
 }
 
-static int walk_newest(struct kvs_store *s, struct scan *sc)
+/* The newest segment, every record checked.  A head closed cleanly and
+ * written after (by a process that died) holds nothing torn up to where
+ * it was closed: a record there that fails is corrupt, as fsck says. */
+static int walk_newest(struct kvs_store *s, struct recovery *rc,
+		       struct scan *sc)
 {
 	struct newest_walk nw = { .s = s, .sc = sc };
 	struct segment *seg = sc->seg;
+	struct walk_opts wo = { .verify_flags = KVS_VERIFY_NO_CHECKSUMS };
 	struct walk_end end;
 	int err;
 
-	err = seg_walk(s->io, seg->fd, seg->id, seg->size,
-		       KVS_VERIFY_NO_CHECKSUMS, newest_cb, &nw, &end);
+	if (rc->have_man && (rc->man.flags & MANIFEST_CLEAN) &&
+	    rc->man.head_id == seg->id)
+		wo.clean_end = rc->man.head_length;
+	err = seg_walk_opts(s->io, seg->fd, seg->id, seg->size, &wo, newest_cb,
+			    &nw, &end);
 	if (err)
 		return err;
 	if (end.footer) {
@@ -415,18 +435,6 @@ static int open_segment(struct kvs_store *s, uint64_t id, int *fd_out,
 	*size_out = file_size / KVS_STORE_ALIGN * KVS_STORE_ALIGN;
 	return 0;
 }
-
-struct recovery {
-	struct dir_listing ls;
-	struct manifest man;
-	bool have_man;
-	bool rewrite_manifest; /* what the manifest says changed */
-	bool dir_synced; /* the directory fsynced by this open */
-	struct scan *sc; /* one per segment kept */
-	struct scan **older; /* the ones scanned together */
-	size_t nsc, nolder;
-	uint64_t total; /* segment bytes, for progress */
-};
 
 /* Whether a file whose header is damaged still begins a log of records
  * (then it is the store's: its records describe themselves). */
@@ -769,7 +777,7 @@ int recover(struct kvs_store *s)
 	/* the newest, unless closed cleanly, after the others: a record
 	 * failing its check falls back to the key's older one */
 	if (!err && newest && rc.nolder < rc.nsc)
-		err = walk_newest(s, newest);
+		err = walk_newest(s, &rc, newest);
 	if (err)
 		goto out;
 	progress(s, rc.total, rc.total);

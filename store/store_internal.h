@@ -316,16 +316,31 @@ struct walk_end {
  * (holes skipped by seek_data), calling @cb on each item in order; stops
  * at its footer or the end of the file.  A record failing its checks is
  * "torn" when it is the last one of an unsealed log (a crash cut it
- * short), else "corrupt"; pages holding no record are "torn" when all
- * zeros (never written) or when they run to the end of the file, else
- * "corrupt"; zeros to the end are the unused rest of the file.  @cb
- * returning non-zero stops the walk with that value.  0, or -errno of a
- * read (logged).
+ * short) and does not end within @clean_end of seg_walk_opts, else
+ * "corrupt"; pages holding no record are "torn" when all zeros (never
+ * written) or when they run to the end of the file, else "corrupt"; zeros
+ * to the end are the unused rest of the file.  @cb returning non-zero
+ * stops the walk with that value.  0, or -errno of a read (logged).
  */
 int seg_walk(const struct kvs_store_io_ops *io, int fd, uint64_t id,
 	     uint64_t size, unsigned verify_flags,
 	     int (*cb)(void *arg, const struct walk_item *it), void *arg,
 	     struct walk_end *end);
+
+/* What a walk knows of its segment beyond the file. */
+struct walk_opts {
+	unsigned verify_flags; /* of kvs_object_verify */
+	/* the log end the manifest recorded when the segment, the head, was
+	 * closed cleanly (0: it was not): everything before it was synced,
+	 * so a record within it that fails is corrupt, never torn */
+	uint64_t clean_end;
+};
+
+/* seg_walk, told @wo. */
+int seg_walk_opts(const struct kvs_store_io_ops *io, int fd, uint64_t id,
+		  uint64_t size, const struct walk_opts *wo,
+		  int (*cb)(void *arg, const struct walk_item *it), void *arg,
+		  struct walk_end *end);
 
 /*
  * resync - from the page at @from (not a record), reads ahead in chunks of

@@ -14,7 +14,10 @@
  *   - a record that verifies: good;
  *   - a record failing a check: torn if it is the last thing in the log of
  *     a segment without a footer (a write a crash cut short), corrupt
- *     otherwise (followed by a good record, or sealed: damage since);
+ *     otherwise (followed by a good record, or sealed: damage since), and
+ *     corrupt too if it lies within the log end at which the segment, a
+ *     head, was closed cleanly (all of that was synced: nothing in it can
+ *     be torn; only writes of a later process past it can);
  *   - pages holding no record, followed by a record: torn when all zeros
  *     (a write never made), corrupt otherwise; running to the end of the
  *     file: torn unless all zeros (then they are the unused rest);
@@ -96,6 +99,7 @@ struct walker {
 	const struct kvs_store_io_ops *io;
 	int fd;
 	uint64_t id, size;
+	uint64_t clean_end; /* walk_opts */
 	uint8_t *rec; /* one record, grown as needed */
 	uint64_t rec_cap;
 	uint8_t *bulk; /* RESYNC_CHUNK */
@@ -119,6 +123,8 @@ static int settle_failed(struct walker *w, enum kvs_fsck_status status)
 	if (!w->has_failed)
 		return 0;
 	w->has_failed = false;
+	if (w->failed.off + w->failed.len <= w->clean_end)
+		status = KVS_FSCK_CORRUPT; /* synced at a clean close */
 	w->failed.status = status;
 	return emit(w, &w->failed);
 }
@@ -242,13 +248,19 @@ static int walk_damage(struct walker *w, uint64_t off, int err, uint64_t *next)
 	return emit(w, &it);
 }
 
-int seg_walk(const struct kvs_store_io_ops *io, int fd, uint64_t id,
-	     uint64_t size, unsigned verify_flags,
-	     int (*cb)(void *arg, const struct walk_item *it), void *arg,
-	     struct walk_end *end)
+int seg_walk_opts(const struct kvs_store_io_ops *io, int fd, uint64_t id,
+		  uint64_t size, const struct walk_opts *wo,
+		  int (*cb)(void *arg, const struct walk_item *it), void *arg,
+		  struct walk_end *end)
 {
 	struct walker w = {
-		.io = io, .fd = fd, .id = id, .size = size, .cb = cb, .arg = arg
+		.io = io,
+		.fd = fd,
+		.id = id,
+		.size = size,
+		.clean_end = wo->clean_end,
+		.cb = cb,
+		.arg = arg,
 	};
 	uint64_t off = SEG_HEADER_SIZE, next;
 	struct rec_header h;
@@ -289,7 +301,7 @@ int seg_walk(const struct kvs_store_io_ops *io, int fd, uint64_t id,
 		}
 		derr = rec_header_decode(w.rec, &h);
 		if (derr == 0)
-			err = walk_record(&w, off, &h, verify_flags, &next);
+			err = walk_record(&w, off, &h, wo->verify_flags, &next);
 		else
 			err = walk_damage(&w, off, derr, &next);
 		if (err)
@@ -306,4 +318,14 @@ out:
 	free(w.rec);
 	free(w.bulk);
 	return err;
+}
+
+int seg_walk(const struct kvs_store_io_ops *io, int fd, uint64_t id,
+	     uint64_t size, unsigned verify_flags,
+	     int (*cb)(void *arg, const struct walk_item *it), void *arg,
+	     struct walk_end *end)
+{
+	struct walk_opts wo = { .verify_flags = verify_flags };
+
+	return seg_walk_opts(io, fd, id, size, &wo, cb, arg, end);
 }

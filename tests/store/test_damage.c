@@ -529,55 +529,105 @@ static void flip_in_record(const char *dir, int nth)
 	close(fd);
 }
 
-/* A record failing its checksum in the middle of the newest segment is
- * "corrupt" to the open that finds it (after a crash, when the open
- * checks the newest segment), to a get and to fsck alike; and it stays a
- * miss. */
+/* A child process puts blocks [0, 8) into @dir durably, then closes the
+ * store if @closes, else dies holding it (its head as it was). */
+static void child_puts(const char *dir, const struct kvs_store_opts *o,
+		       bool closes)
+{
+	struct kvs_store *s;
+	int status;
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (kvs_store_open(dir, o, &s))
+			_exit(1);
+		for (int i = 0; i < 8; i++)
+			if (kvs_store_put(s, blocks[i].obj, blocks[i].len,
+					  KVS_DURABILITY_DURABLE, NULL))
+				_exit(2);
+		if (closes && kvs_store_close(s))
+			_exit(3);
+		_exit(0);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* Garbage (not a record) right after record @nth of segment 0: a write
+ * that a crash tore, past the log end of a head closed cleanly. */
+static void garbage_after(const char *dir, int nth)
+{
+	struct nth_rec n = { .want = nth };
+	struct kvs_fsck_report rep;
+	uint8_t junk[4096];
+	char path[4200];
+	int fd;
+
+	memset(junk, 0x5a, sizeof(junk));
+	assert_int_equal(kvs_store_fsck(dir, 0, NULL, nth_cb, &n, &rep), 0);
+	assert_true(n.length > 0);
+	seg_file(dir, 0, path, sizeof(path));
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(
+		pwrite(fd, junk, sizeof(junk), (off_t)(n.offset + n.length)),
+		(ssize_t)sizeof(junk));
+	close(fd);
+}
+
+enum head_end {
+	HEAD_CLEAN, /* closed cleanly */
+	HEAD_CRASHED, /* its writer killed */
+	HEAD_GROWN, /* closed cleanly, then a later writer's write torn */
+};
+
+/* A record failing its checksum in the newest segment, in its middle or
+ * as its last record, is named the same way by the open that finds it
+ * (after a crash, when the open checks the newest segment), by a get and
+ * by fsck: corrupt, except the last record of a head whose writer was
+ * killed, which is torn (a write the crash cut short: absent).  A head
+ * closed cleanly holds nothing torn up to the end it was closed at, also
+ * when a later writer tore a write past it. */
 static void test_corrupt_named_alike(void **state)
 {
+	static const int nths[] = { 3, 7 };
 	struct kvs_store_opts o;
 	struct kvs_store_stats st;
 	struct kvs_fsck_report rep;
 	struct kvs_store *s;
 	char *dir;
-	int status;
-	pid_t pid;
 
 	test_opts(&o, 0, 16 << 20, 1 << 20);
-	for (int crashed = 0; crashed < 2; crashed++) {
-		struct test_tally t = { 0 };
+	for (int end = HEAD_CLEAN; end <= HEAD_GROWN; end++) {
+		for (size_t k = 0; k < sizeof(nths) / sizeof(nths[0]); k++) {
+			int nth = nths[k];
+			bool torn = end == HEAD_CRASHED && nth == 7;
+			int extra = end == HEAD_GROWN; /* the garbage page */
+			struct test_tally t = { 0 };
 
-		dir = test_mkdir();
-		pid = fork();
-		assert_true(pid >= 0);
-		if (pid == 0) {
-			if (kvs_store_open(dir, &o, &s))
-				_exit(1);
-			for (int i = 0; i < 8; i++)
-				if (kvs_store_put(s, blocks[i].obj,
-						  blocks[i].len,
-						  KVS_DURABILITY_DURABLE, NULL))
-					_exit(2);
-			if (!crashed)
-				kvs_store_close(s);
-			_exit(0);
+			dir = test_mkdir();
+			child_puts(dir, &o, end != HEAD_CRASHED);
+			if (end == HEAD_GROWN)
+				garbage_after(dir, 7);
+			flip_in_record(dir, nth);
+			/* fsck first: a writable open cuts a torn tail */
+			assert_int_equal(kvs_store_fsck(dir, 0, NULL,
+							test_tally_cb, &t,
+							&rep),
+					 0);
+			assert_int_equal(t.corrupt, !torn);
+			assert_int_equal(t.torn, torn + extra);
+			assert_int_equal(kvs_store_open(dir, &o, &s), 0);
+			assert_int_equal(test_check_get(s, &blocks[nth]),
+					 torn ? -KVS_ENOTFOUND : -KVS_ECORRUPT);
+			assert_int_equal(misses(s, 0, 8), 1);
+			kvs_store_stats_get(s, &st);
+			assert_int_equal(st.corrupt_dropped, !torn);
+			assert_int_equal(st.torn_dropped, torn + extra);
+			kvs_store_close(s);
+			test_rmdir(dir);
 		}
-		assert_int_equal(waitpid(pid, &status, 0), pid);
-		assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-		flip_in_record(dir, 3);
-		assert_int_equal(kvs_store_open(dir, &o, &s), 0);
-		assert_int_equal(test_check_get(s, &blocks[3]), -KVS_ECORRUPT);
-		assert_int_equal(misses(s, 0, 8), 1);
-		kvs_store_stats_get(s, &st);
-		assert_int_equal(st.corrupt_dropped, 1);
-		assert_int_equal(st.torn_dropped, 0);
-		kvs_store_close(s);
-		assert_int_equal(
-			kvs_store_fsck(dir, 0, NULL, test_tally_cb, &t, &rep),
-			0);
-		assert_int_equal(t.corrupt, 1);
-		assert_int_equal(t.torn, 0);
-		test_rmdir(dir);
 	}
 }
 
@@ -681,26 +731,12 @@ static void test_sparse_head_not_read(void **state)
 	struct test_spy spy;
 	struct kvs_store *s;
 	char *dir = test_mkdir();
-	int status;
-	pid_t pid;
 
 	spy_ops(&ops, &spy);
 	ops.fallocate = test_no_fallocate;
 	test_opts(&o, 0, 64ull << 30, 16ull << 30);
 	o.io = &ops;
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		if (kvs_store_open(dir, &o, &s))
-			_exit(1);
-		for (int i = 0; i < 8; i++)
-			if (kvs_store_put(s, blocks[i].obj, blocks[i].len,
-					  KVS_DURABILITY_DURABLE, NULL))
-				_exit(2);
-		_exit(0); /* dies: the head stays 16 GiB */
-	}
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	child_puts(dir, &o, false); /* dies: the head stays 16 GiB */
 	spy.read_bytes = 0;
 	o.read_only = true;
 	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
