@@ -12,7 +12,8 @@
  * The superblock (KVSTASH) holds two copies 4096 bytes apart: a damaged
  * copy is noticed and rewritten from the other; with both gone,
  * kvs_store_fsck --repair rebuilds it where a manifest or segments show
- * that a store is there.
+ * that a store is there.  Files merely named like segments show nothing:
+ * one must hold a valid segment header or a record.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -456,6 +457,58 @@ int file_is_zero(const struct kvs_store_io_ops *io, int fd, uint64_t from,
 out:
 	free(buf);
 	return err;
+}
+
+bool seg_starts_log(const struct kvs_store_io_ops *io, int fd, uint64_t size,
+		    uint8_t *page)
+{
+	struct rec_header h;
+
+	return size >= SEG_HEADER_SIZE + KVS_STORE_ALIGN &&
+	       io->pread(io->ctx, fd, page, KVS_STORE_ALIGN, SEG_HEADER_SIZE) ==
+		       KVS_STORE_ALIGN &&
+	       rec_header_decode(page, &h) == 0;
+}
+
+/* Whether segment file @id of @dir is kvstash's by what it holds: a
+ * header whose checksum holds (of any layout version), or a record
+ * right after it.  A file that cannot be read is not shown to be. */
+static bool seg_file_ours(const struct kvs_store_io_ops *io, const char *dir,
+			  uint64_t id)
+{
+	uint8_t page[SEG_HEADER_SIZE];
+	char path[4200], name[32];
+	struct stat st;
+	uint64_t hdr_id;
+	bool ours = false;
+	int fd, err;
+
+	seg_name(id, name);
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = io->open(io->ctx, path, O_RDONLY, 0);
+	if (fd < 0)
+		return false;
+	if (io->stat(io->ctx, NULL, fd, &st) == 0) {
+		if (io->pread(io->ctx, fd, page, SEG_HEADER_SIZE, 0) ==
+		    SEG_HEADER_SIZE) {
+			err = seg_header_decode(page, &hdr_id);
+			ours = err == 0 || err == -KVS_EVERSION;
+		}
+		if (!ours)
+			ours = seg_starts_log(io, fd, (uint64_t)st.st_size,
+					      page);
+	}
+	io->close(io->ctx, fd);
+	return ours;
+}
+
+bool dir_shows_segments(const struct kvs_store_io_ops *io, const char *dir,
+			const struct dir_listing *ls)
+{
+	for (size_t i = 0; i < ls->segs.n; i++)
+		if (seg_file_ours(io, dir, ls->segs.v[i]))
+			return true;
+	return false;
 }
 
 bool leftover_is_ours(const struct kvs_store_io_ops *io, const char *path)

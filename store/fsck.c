@@ -217,17 +217,6 @@ static int check_expected(struct fsck *f, struct seg_check *c)
 	return 0;
 }
 
-static bool starts_log(const struct kvs_store_io_ops *io, int fd, uint64_t size,
-		       uint8_t *page)
-{
-	struct rec_header h;
-
-	return size >= SEG_HEADER_SIZE + KVS_STORE_ALIGN &&
-	       io->pread(io->ctx, fd, page, KVS_STORE_ALIGN, SEG_HEADER_SIZE) ==
-		       KVS_STORE_ALIGN &&
-	       rec_header_decode(page, &h) == 0;
-}
-
 static void progress(struct fsck *f, uint64_t bytes)
 {
 	f->done += bytes;
@@ -293,7 +282,7 @@ static int check_segment(struct fsck *f, uint64_t id)
 		}
 		goto out;
 	}
-	if (err && !listed && !starts_log(f->io, fd, size, page)) {
+	if (err && !listed && !seg_starts_log(f->io, fd, size, page)) {
 		err = file_is_zero(f->io, fd, 0, size, &zero);
 		if (!err && f->have_man && id == f->man.next_id && zero) {
 			err = add_simple(&f->vs, id, 0, size, KVS_FSCK_LEFTOVER,
@@ -412,7 +401,8 @@ static int check_superblock(struct fsck *f, const struct dir_listing *ls)
 	f->rep.superblock_damaged = err || sb.copies_bad;
 	if (!f->rep.superblock_damaged)
 		return 0;
-	if (err && !ls->segs.n && !ls->manifest) {
+	/* files only named like segments are not a store to rebuild */
+	if (err && !ls->manifest && !dir_shows_segments(f->io, f->dir, ls)) {
 		kvs_log(KVS_LOG_ERR, "fsck: no store at %s", f->dir);
 		return -ENOENT;
 	}

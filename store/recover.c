@@ -436,18 +436,6 @@ static int open_segment(struct kvs_store *s, uint64_t id, int *fd_out,
 	return 0;
 }
 
-/* Whether a file whose header is damaged still begins a log of records
- * (then it is the store's: its records describe themselves). */
-static bool starts_log(struct kvs_store *s, int fd, uint64_t size)
-{
-	struct rec_header h;
-
-	return size >= SEG_HEADER_SIZE + KVS_STORE_ALIGN &&
-	       s->io->pread(s->io->ctx, fd, s->scratch, KVS_STORE_ALIGN,
-			    SEG_HEADER_SIZE) == KVS_STORE_ALIGN &&
-	       rec_header_decode(s->scratch, &h) == 0;
-}
-
 static void remove_file(struct kvs_store *s, struct recovery *rc,
 			const char *path, const char *why)
 {
@@ -533,7 +521,8 @@ static int take_file(struct kvs_store *s, struct recovery *rc, uint64_t id)
 			remove_file(s, rc, path, "reclaimed before a crash");
 		return 0;
 	}
-	if (state == SEG_BAD_HEADER && !listed && !starts_log(s, fd, size)) {
+	if (state == SEG_BAD_HEADER && !listed &&
+	    !seg_starts_log(s->io, fd, size, s->scratch)) {
 		err = file_is_zero(s->io, fd, 0, size, &zero);
 		s->io->close(s->io->ctx, fd);
 		if (err)

@@ -170,8 +170,9 @@ static int superblock_missing(struct kvs_store *s, const char *dir)
 
 	if (err)
 		return err;
-	/* a manifest alone is a creation a crash cut short: created again */
-	if (ls.segs.n) {
+	/* a manifest alone is a creation a crash cut short: created again;
+	 * files only named like segments are other files */
+	if (dir_shows_segments(s->io, dir, &ls)) {
 		kvs_log(KVS_LOG_ERR,
 			"store: %s holds segments but no superblock; "
 			"'kvstash store fsck --repair' rebuilds it",
@@ -180,7 +181,7 @@ static int superblock_missing(struct kvs_store *s, const char *dir)
 	} else if (!s->opts.create || s->read_only) {
 		kvs_log(KVS_LOG_ERR, "store: no store at %s", dir);
 		err = -ENOENT;
-	} else if (ls.others) {
+	} else if (ls.others || ls.segs.n) {
 		kvs_log(KVS_LOG_ERR,
 			"store: %s holds other files and no kvstash store: "
 			"refusing to create one there",

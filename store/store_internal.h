@@ -259,6 +259,16 @@ int superblock_read(const struct kvs_store_io_ops *io, const char *dir,
  * fsync -> rename -> fsync of the directory.  0 or -errno, logged. */
 int superblock_write(const struct kvs_store_io_ops *io, const char *dir);
 
+/* Whether segment file @fd (@size bytes), its header damaged, still
+ * begins a log of records (then it is the store's: its records describe
+ * themselves).  @page: KVS_STORE_ALIGN bytes, aligned (O_DIRECT). */
+bool seg_starts_log(const struct kvs_store_io_ops *io, int fd, uint64_t size,
+		    uint8_t *page);
+/* Whether any segment file @ls lists in @dir shows that a store is there:
+ * a valid segment header (its checksum verified) or a record after it.
+ * Files that only bear a segment's name, or cannot be read, do not. */
+bool dir_shows_segments(const struct kvs_store_io_ops *io, const char *dir,
+			const struct dir_listing *ls);
 /* Whether @path (a .tmp the store may have left) is provably the
  * store's: empty, all zeros, or starting with one of its magics. */
 bool leftover_is_ours(const struct kvs_store_io_ops *io, const char *path);

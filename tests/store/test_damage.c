@@ -3,11 +3,12 @@
  * lives in: a flipped bit in a segment header or in the superblock never
  * costs more than what it hit (never the whole store); a segment cut short
  * or deleted is reported, not silently lost; segment names are exactly the
- * ones the store writes; a directory that is not a store is not taken
- * over, and files the store did not write are never deleted; leftovers of
- * a killed repair are cleaned up; a failed record write leaves no hole;
- * opening a cleanly closed store does not read every record; a record
- * failing its check is named the same way by the open, a get and fsck.
+ * ones the store writes; a directory that is not a store (also one of
+ * files only named like segments) is not taken over, and files the store
+ * did not write are never deleted; leftovers of a killed repair are
+ * cleaned up; a failed record write leaves no hole; opening a cleanly
+ * closed store does not read every record; a record failing its check is
+ * named the same way by the open, a get and fsck.
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -342,6 +343,64 @@ static void test_foreign_files_kept(void **state)
 	back = slurp(p6, &len);
 	assert_int_equal(len, sizeof(zeros));
 	free(back);
+	test_rmdir(dir);
+}
+
+/* A directory holding only files named like segments whose contents are
+ * not (no valid header, no record) is not a store: no open takes it, with
+ * or without create, and fsck --repair writes nothing there.  One file
+ * with a store's records, its header damaged, makes it a store to rebuild
+ * (the other files left alone). */
+static void test_lookalike_segments_not_a_store(void **state)
+{
+	struct kvs_fsck_report rep;
+	struct kvs_store_opts o;
+	struct kvs_store *s;
+	uint8_t junk[3 * 4096];
+	char *dir = test_mkdir(), *src = test_mkdir(), p0[4200], p1[4200],
+	     p2[4200];
+	uint64_t rng = 7;
+	uint8_t *seg, *back;
+	size_t len;
+
+	for (size_t i = 0; i < sizeof(junk); i++)
+		junk[i] = (uint8_t)test_rand(&rng);
+	seg_file(dir, 0, p0, sizeof(p0));
+	seg_file(dir, 1, p1, sizeof(p1));
+	spill(p0, junk, sizeof(junk));
+	spill(p1, junk, 100);
+	small_opts(&o);
+	assert_int_equal(
+		kvs_store_fsck(dir, KVS_FSCK_REPAIR, NULL, NULL, NULL, &rep),
+		-ENOENT);
+	assert_int_equal(kvs_store_fsck(dir, 0, NULL, NULL, NULL, &rep),
+			 -ENOENT);
+	assert_int_equal(kvs_store_open(dir, &o, &s), -ENOTEMPTY);
+	o.read_only = true;
+	assert_int_equal(kvs_store_open(dir, &o, &s), -ENOENT);
+	o.read_only = false;
+	assert_int_equal(dir_entries(dir), 2);
+	back = slurp(p0, &len);
+	assert_int_equal(len, sizeof(junk));
+	assert_memory_equal(back, junk, len);
+	free(back);
+	/* a store's segment, its header damaged, among them */
+	fill(src, 4);
+	seg_file(src, 0, p2, sizeof(p2));
+	seg = slurp(p2, &len);
+	seg[0] ^= 0x01;
+	seg_file(dir, 2, p2, sizeof(p2));
+	spill(p2, seg, len);
+	assert_true(kvs_store_open(dir, &o, &s) < 0);
+	assert_int_equal(
+		kvs_store_fsck(dir, KVS_FSCK_REPAIR, NULL, NULL, NULL, &rep),
+		0);
+	open_serves(dir, &o, 4);
+	back = slurp(p0, &len);
+	assert_memory_equal(back, junk, len);
+	free(back);
+	free(seg);
+	test_rmdir(src);
 	test_rmdir(dir);
 }
 
@@ -759,6 +818,7 @@ int main(void)
 		cmocka_unit_test(test_segment_names),
 		cmocka_unit_test(test_not_a_store),
 		cmocka_unit_test(test_foreign_files_kept),
+		cmocka_unit_test(test_lookalike_segments_not_a_store),
 		cmocka_unit_test(test_tmp_cleanup),
 		cmocka_unit_test(test_parent_synced),
 		cmocka_unit_test(test_failed_writes_leave_no_hole),
