@@ -412,6 +412,11 @@ fail:
 
 /* ---- leftovers ------------------------------------------------------- */
 
+void file_no_readahead(int fd)
+{
+	posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+}
+
 int file_is_zero(const struct kvs_store_io_ops *io, int fd, uint64_t from,
 		 uint64_t size, bool *zero)
 {
@@ -488,6 +493,7 @@ static bool seg_file_ours(const struct kvs_store_io_ops *io, const char *dir,
 	fd = io->open(io->ctx, path, O_RDONLY, 0);
 	if (fd < 0)
 		return false;
+	file_no_readahead(fd);
 	if (io->stat(io->ctx, NULL, fd, &st) == 0) {
 		if (io->pread(io->ctx, fd, page, SEG_HEADER_SIZE, 0) ==
 		    SEG_HEADER_SIZE) {

@@ -224,6 +224,16 @@ static void progress(struct fsck *f, uint64_t bytes)
 		f->opts->progress(f->opts->progress_arg, f->done, f->total);
 }
 
+/* Within a long segment's walk: how far, over all segments. */
+static void walk_progress(void *arg, uint64_t off)
+{
+	struct fsck *f = arg;
+
+	if (f->opts && f->opts->progress)
+		f->opts->progress(f->opts->progress_arg, f->done + off,
+				  f->total);
+}
+
 /* Where the manifest says segment @id, the head, was closed cleanly: the
  * log up to there was synced, so nothing in it is torn (0: not so). */
 static uint64_t clean_end(const struct fsck *f, uint64_t id)
@@ -238,7 +248,11 @@ static uint64_t clean_end(const struct fsck *f, uint64_t id)
 static int check_segment(struct fsck *f, uint64_t id)
 {
 	struct seg_check c = { .f = f, .id = id };
-	struct walk_opts wo = { .clean_end = clean_end(f, id) };
+	struct walk_opts wo = {
+		.clean_end = clean_end(f, id),
+		.progress = walk_progress,
+		.progress_arg = f,
+	};
 	struct walk_end end;
 	uint8_t page[SEG_HEADER_SIZE];
 	char path[4200], name[32];
@@ -256,6 +270,7 @@ static int check_segment(struct fsck *f, uint64_t id)
 		kvs_log(KVS_LOG_ERR, "fsck: %s: %s", path, kvs_strerror(fd));
 		return fd;
 	}
+	file_no_readahead(fd);
 	err = f->io->stat(f->io->ctx, NULL, fd, &st);
 	if (err)
 		goto out;

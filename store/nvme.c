@@ -133,6 +133,8 @@ int nvme_open_file(struct kvs_store *s, const char *path, bool create,
 		direct_refused(s);
 	}
 	fd = s->io->open(s->io->ctx, path, flags, 0644);
+	if (fd >= 0)
+		file_no_readahead(fd);
 done:
 	if (fd < 0) {
 		if (fd != -EEXIST)

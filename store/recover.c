@@ -232,7 +232,7 @@ static int scan_all(struct kvs_store *s, struct scan **sc, size_t n,
 			};
 			map[nreq++] = i;
 		}
-		if (done - last_report >= (256ull << 20)) {
+		if (done - last_report >= PROGRESS_STEP) {
 			progress(s, done, total);
 			last_report = done;
 		}
@@ -266,6 +266,7 @@ out:
 struct newest_walk {
 	struct kvs_store *s;
 	struct scan *sc;
+	uint64_t before, total; /* bytes of the segments scanned before */
 	int err;
 };
 
@@ -322,15 +323,32 @@ static int newest_cb(void *arg, const struct walk_item *it)
 	return 0;
 }
 
+/* Within a long walk of the newest segment: how far, over all. */
+static void newest_progress(void *arg, uint64_t off)
+{
+	struct newest_walk *nw = arg;
+
+	progress(nw->s, nw->before + off, nw->total);
+}
+
 /* The newest segment, every record checked.  A head closed cleanly and
  * written after (by a process that died) holds nothing torn up to where
  * it was closed: a record there that fails is corrupt, as fsck says. */
 static int walk_newest(struct kvs_store *s, struct recovery *rc,
 		       struct scan *sc)
 {
-	struct newest_walk nw = { .s = s, .sc = sc };
 	struct segment *seg = sc->seg;
-	struct walk_opts wo = { .verify_flags = KVS_VERIFY_NO_CHECKSUMS };
+	struct newest_walk nw = {
+		.s = s,
+		.sc = sc,
+		.before = rc->total - seg->size,
+		.total = rc->total,
+	};
+	struct walk_opts wo = {
+		.verify_flags = KVS_VERIFY_NO_CHECKSUMS,
+		.progress = newest_progress,
+		.progress_arg = &nw,
+	};
 	struct walk_end end;
 	int err;
 

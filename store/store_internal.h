@@ -54,6 +54,7 @@
 #define MANIFEST_NO_HEAD UINT64_MAX
 #define MANIFEST_CLEAN 0x1u /* the head was closed cleanly */
 #define RESYNC_CHUNK (1u << 20) /* bulk reads while skipping damage */
+#define PROGRESS_STEP (256ull << 20) /* a long scan reports this often */
 
 /* Bytes of the record holding an object of @len bytes. */
 static inline uint64_t record_size(uint64_t len)
@@ -272,6 +273,14 @@ bool dir_shows_segments(const struct kvs_store_io_ops *io, const char *dir,
 /* Whether @path (a .tmp the store may have left) is provably the
  * store's: empty, all zeros, or starting with one of its magics. */
 bool leftover_is_ours(const struct kvs_store_io_ops *io, const char *path);
+/* Turns read-ahead off for @fd, a segment file opened buffered, before
+ * its first read.  The store reads whole records at scattered offsets;
+ * and pages read ahead into a preallocated file's unwritten extents are
+ * data to seek_data from then on (while cached, to every process), so
+ * that each read of a walk or scan past the log end would read ahead the
+ * next, and a preallocated head of gigabytes be read whole.  Advice: a
+ * failure changes nothing but speed. */
+void file_no_readahead(int fd);
 /* Whether bytes [@from, @size) of the file are all zeros, skipping holes
  * (@from 4096-aligned; the file may be open with O_DIRECT). */
 int file_is_zero(const struct kvs_store_io_ops *io, int fd, uint64_t from,
@@ -323,14 +332,18 @@ struct walk_end {
  * seg_walk - walks the log of segment @id (@fd, @size bytes) from its
  * first record, each record read whole and verified (@verify_flags of
  * kvs_object_verify), pages that hold no record skipped in bounded reads
- * (holes skipped by seek_data), calling @cb on each item in order; stops
- * at its footer or the end of the file.  A record failing its checks is
- * "torn" when it is the last one of an unsealed log (a crash cut it
- * short) and does not end within @clean_end of seg_walk_opts, else
- * "corrupt"; pages holding no record are "torn" when all zeros (never
- * written) or when they run to the end of the file, else "corrupt"; zeros
- * to the end are the unused rest of the file.  @cb returning non-zero
- * stops the walk with that value.  0, or -errno of a read (logged).
+ * (holes skipped by seek_data; a buffered @fd must be opened without
+ * read-ahead, file_no_readahead; what the walk read past the log end is
+ * dropped from the page cache after, so that a preallocated file's
+ * unwritten extents stay holes to later walks), calling @cb on each item
+ * in order; stops at its footer or the end of the file.  A record failing
+ * its checks is "torn" when it is the last one of an unsealed log (a
+ * crash cut it short) and does not end within @clean_end of
+ * seg_walk_opts, else "corrupt"; pages holding no record are "torn" when
+ * all zeros (never written) or when they run to the end of the file, else
+ * "corrupt"; zeros to the end are the unused rest of the file.  @cb
+ * returning non-zero stops the walk with that value.  0, or -errno of a
+ * read (logged).
  */
 int seg_walk(const struct kvs_store_io_ops *io, int fd, uint64_t id,
 	     uint64_t size, unsigned verify_flags,
@@ -344,6 +357,9 @@ struct walk_opts {
 	 * closed cleanly (0: it was not): everything before it was synced,
 	 * so a record within it that fails is corrupt, never torn */
 	uint64_t clean_end;
+	/* told the offset reached every PROGRESS_STEP bytes (NULL: not) */
+	void (*progress)(void *arg, uint64_t off);
+	void *progress_arg;
 };
 
 /* seg_walk, told @wo. */

@@ -8,7 +8,10 @@
  * whole segment, so segments of any size (2 GiB and far beyond) walk in
  * constant memory.  Pages that hold no record are skipped in 1 MiB reads,
  * and holes (a sparse or preallocated file's unwritten space) are skipped
- * without reading, through seek_data.
+ * without reading, through seek_data.  That holds for a buffered file
+ * (fsck's, or where O_DIRECT is refused) only without read-ahead, which
+ * its opener turns off (file_no_readahead), and only while what a walk
+ * read past the log end is not cached: it is dropped when the walk ends.
  *
  * The verdicts (walk.h contract in store_internal.h):
  *   - a record that verifies: good;
@@ -24,6 +27,7 @@
  *   - a record running past the end of the file: torn.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -213,13 +217,20 @@ static int walk_record(struct walker *w, uint64_t off,
 	return emit(w, &it);
 }
 
-/* Pages at @off hold no record (@err: why the first one is not). */
+/* Pages at @off hold no record (@err: why the first one is not; its
+ * page is in w->rec). */
 static int walk_damage(struct walker *w, uint64_t off, int err, uint64_t *next)
 {
 	struct walk_item it = { .kind = WALK_DAMAGE, .off = off };
 	uint64_t found;
 	bool zero;
 
+	/* zeros, most likely the log's end: the page just read is dropped
+	 * from the page cache, or seek_data would take it for data and
+	 * have the preallocated rest read */
+	if (page_zero(w->rec))
+		posix_fadvise(w->fd, (off_t)off, KVS_STORE_ALIGN,
+			      POSIX_FADV_DONTNEED);
 	err = resync(w->io, w->fd, w->id, off, w->size, w->bulk, &found, &zero);
 	if (err)
 		return err;
@@ -262,7 +273,7 @@ int seg_walk_opts(const struct kvs_store_io_ops *io, int fd, uint64_t id,
 		.cb = cb,
 		.arg = arg,
 	};
-	uint64_t off = SEG_HEADER_SIZE, next;
+	uint64_t off = SEG_HEADER_SIZE, next, reported = 0;
 	struct rec_header h;
 	int err = 0;
 
@@ -309,10 +320,18 @@ int seg_walk_opts(const struct kvs_store_io_ops *io, int fd, uint64_t id,
 		if (derr == 0)
 			w.end.log_end = next;
 		off = next;
+		if (wo->progress && off - reported >= PROGRESS_STEP) {
+			wo->progress(wo->progress_arg, off);
+			reported = off;
+		}
 	}
 	/* nothing follows the last record: if it failed, a crash cut it */
 	err = settle_failed(&w, KVS_FSCK_TORN);
 out:
+	/* zeros read past the log end, cached, would be data to the
+	 * seek_data of later walks and scans (advice: failures are no
+	 * matter) */
+	posix_fadvise(fd, (off_t)w.end.log_end, 0, POSIX_FADV_DONTNEED);
 	if (end)
 		*end = w.end;
 	free(w.rec);

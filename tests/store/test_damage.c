@@ -7,8 +7,9 @@
  * files only named like segments) is not taken over, and files the store
  * did not write are never deleted; leftovers of a killed repair are
  * cleaned up; a failed record write leaves no hole; opening a cleanly
- * closed store does not read every record; a record failing its check is
- * named the same way by the open, a get and fsck.
+ * closed store does not read every record, nor does an open or fsck read
+ * a preallocated head's unused rest; a record failing its check is named
+ * the same way by the open, a get and fsck.
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -779,6 +780,26 @@ static void test_lost_segments_reported(void **state)
 	test_rmdir(dir);
 }
 
+/* A read-only open of @dir (@o, its ops spied on by @spy) reads less than
+ * @bound bytes, and serves blocks [0, 8). */
+static void open_reads_under(const char *dir, struct kvs_store_opts *o,
+			     struct test_spy *spy, uint64_t bound)
+{
+	struct kvs_store_stats st;
+	struct kvs_store *s;
+
+	spy->read_bytes = 0;
+	o->read_only = true;
+	assert_int_equal(kvs_store_open(dir, o, &s), 0);
+	print_message("open read %llu bytes\n",
+		      (unsigned long long)spy->read_bytes);
+	assert_true(spy->read_bytes < bound);
+	kvs_store_stats_get(s, &st);
+	assert_int_equal(st.nvme.blocks, 8);
+	assert_int_equal(misses(s, 0, 8), 0);
+	assert_int_equal(kvs_store_close(s), 0);
+}
+
 /* A process dies with a head of 16 GiB preallocated as a sparse file: the
  * next open checks the head's records without reading its holes (the
  * scan of a large store is fast, not 16 GiB of zeros read in silence). */
@@ -786,9 +807,7 @@ static void test_sparse_head_not_read(void **state)
 {
 	struct kvs_store_io_ops ops;
 	struct kvs_store_opts o;
-	struct kvs_store_stats st;
 	struct test_spy spy;
-	struct kvs_store *s;
 	char *dir = test_mkdir();
 
 	spy_ops(&ops, &spy);
@@ -796,16 +815,37 @@ static void test_sparse_head_not_read(void **state)
 	test_opts(&o, 0, 64ull << 30, 16ull << 30);
 	o.io = &ops;
 	child_puts(dir, &o, false); /* dies: the head stays 16 GiB */
-	spy.read_bytes = 0;
-	o.read_only = true;
-	assert_int_equal(kvs_store_open(dir, &o, &s), 0);
-	print_message("open read %llu bytes\n",
-		      (unsigned long long)spy.read_bytes);
-	assert_true(spy.read_bytes < (16u << 20));
-	kvs_store_stats_get(s, &st);
-	assert_int_equal(st.nvme.blocks, 8);
-	assert_int_equal(misses(s, 0, 8), 0);
-	assert_int_equal(kvs_store_close(s), 0);
+	open_reads_under(dir, &o, &spy, 16u << 20);
+	spy_free(&spy);
+	test_rmdir(dir);
+}
+
+/* A process dies with a head of 256 MiB preallocated (fallocate: extents
+ * allocated, never written): fsck walks its records without reading the
+ * rest, and leaves nothing in the page cache that makes the next open
+ * read it either. */
+static void test_fallocated_head_not_read(void **state)
+{
+	struct kvs_store_io_ops ops;
+	struct kvs_store_opts o;
+	struct kvs_fsck_report rep;
+	struct test_spy spy;
+	struct test_tally t = { 0 };
+	char *dir = test_mkdir();
+
+	test_opts(&o, 0, 1ull << 30, 256ull << 20);
+	child_puts(dir, &o, false); /* dies: the head stays 256 MiB */
+	spy_ops(&ops, &spy);
+	o.io = &ops;
+	assert_int_equal(kvs_store_fsck(dir, 0, &o, test_tally_cb, &t, &rep),
+			 0);
+	print_message("fsck read %llu bytes in %llu reads\n",
+		      (unsigned long long)spy.read_bytes,
+		      (unsigned long long)spy.reads);
+	assert_int_equal(t.good, 8);
+	assert_int_equal(t.corrupt + t.torn, 0);
+	assert_true(spy.read_bytes < (1u << 20));
+	open_reads_under(dir, &o, &spy, 1u << 20);
 	spy_free(&spy);
 	test_rmdir(dir);
 }
@@ -826,6 +866,7 @@ int main(void)
 		cmocka_unit_test(test_corrupt_named_alike),
 		cmocka_unit_test(test_lost_segments_reported),
 		cmocka_unit_test(test_sparse_head_not_read),
+		cmocka_unit_test(test_fallocated_head_not_read),
 	};
 
 	kvs_log_set_level(KVS_LOG_ERR);
