@@ -48,16 +48,18 @@ static const char store_usage[] =
 	"  wait; negative: for ever)\n"
 	"\n"
 	"ID: 64 hex digits of the span id, ':' and the layer, as put prints.\n"
-	"Capacities take K, M, G or T suffixes (binary).  put prints one id\n"
-	"per block, in order; with --durable an id is printed only once its\n"
-	"block is on the device (fdatasync); put exits 1 if the ids cannot be\n"
-	"written to stdout.  get exits 3 on a miss (a block whose record\n"
-	"failed a check is a miss, said so).  delete prints one line per id\n"
-	"(deleted, or not found: then it exits 3); a deletion survives a\n"
-	"restart (--durable: a power loss too, once printed).  stat, get\n"
-	"and fsck change\n"
-	"nothing.  fsck exits 1 when bad or missing records remain (run it\n"
-	"again with --repair to drop them).\n";
+	"Capacities take K, M, G or T suffixes (binary).  --nvme-capacity\n"
+	"defaults to the size of the file system holding DIR less room for\n"
+	"reclaiming: 5% of it or two segments, whichever is more (at most\n"
+	"half of it); --segment-size to 32M.  put prints one id per block, in\n"
+	"order; with --durable an id is printed only once its block is on the\n"
+	"device (fdatasync); put exits 1 if the ids cannot be written to\n"
+	"stdout.  get exits 3 on a miss (a block whose record failed a check\n"
+	"is a miss, said so).  delete prints one line per id (deleted, or not\n"
+	"found: then it exits 3); a deletion survives a restart (--durable: a\n"
+	"power loss too, once printed).  stat, get and fsck change nothing.\n"
+	"fsck exits 1 when bad or missing records remain (run it again with\n"
+	"--repair to drop them).\n";
 
 struct store_args {
 	const char *dir, *out;
