@@ -209,6 +209,15 @@ static int open_superblock(struct kvs_store *s, const char *dir)
 	if (err)
 		return err;
 	s->format_version = sb.version;
+	/* a writer killed between the superblock's rename and the directory
+	 * fsync after it left it in place but not durable: made durable
+	 * before this open creates a segment beside it, else a power cut
+	 * could keep the segment and lose the superblock */
+	if (!s->read_only) {
+		err = dir_fsync(s->io, dir);
+		if (err)
+			return err;
+	}
 	/* one damaged copy: rewritten from the good one */
 	if (sb.copies_bad && !s->read_only &&
 	    sb.version == KVS_STORE_FORMAT_VERSION)
