@@ -59,6 +59,8 @@ int kvs_ucx_init(struct kvs_ucx *u, bool shared_memory, bool serialized)
 	/* (ucx.h); a UCX without the option ignores the request */
 	if (shared_memory && !getenv("UCX_MM_ERROR_HANDLING"))
 		(void)ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
+	if (!getenv("UCX_RNDV_SCHEME"))
+		(void)ucp_config_modify(config, "RNDV_SCHEME", "get_zcopy");
 	st = ucp_init(&params, config, &u->context);
 	ucp_config_release(config);
 	if (st != UCS_OK)

@@ -32,7 +32,15 @@ struct kvs_ucx {
  * receiver's shared-memory FIFO leaves a slot that is never completed, and
  * the receiver's shared-memory receive stalls for every peer after it
  * (seen with UCX 1.13).  The environment variable still decides when set.
- * 0 or a negative error (logged).
+ *
+ * Rendezvous by the receiver's get (UCX_RNDV_SCHEME=get_zcopy), on both
+ * sides and either way: endpoints between processes of one host then keep
+ * to shared memory (am(sysv)) where the default adds TCP lanes and sends
+ * most of a large reply over TCP loopback.  Both sides must agree: with
+ * UCX 1.13 the wireup of two sides that chose different schemes fails,
+ * and a daemon reached by a client of another scheme can abort on one of
+ * UCX's assertions, so a user who sets the environment variable sets it
+ * for the daemon and its clients alike.  0 or a negative error (logged).
  */
 int kvs_ucx_init(struct kvs_ucx *u, bool shared_memory, bool serialized);
 /* NULL members are skipped; safe on a zeroed struct. */
