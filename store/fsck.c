@@ -208,8 +208,7 @@ static int check_expected(struct fsck *f, struct seg_check *c)
 		return add_simple(&f->vs, c->id, c->log_end, 0,
 				  KVS_FSCK_MISSING,
 				  "fewer records than its footer counts");
-	if (f->have_man && (m->flags & MANIFEST_CLEAN) && c->id == m->head_id &&
-	    !c->bad &&
+	if (manifest_clean_head(m, f->have_man, c->id) && !c->bad &&
 	    (c->log_end < m->head_length || c->records < m->head_records))
 		return add_simple(&f->vs, c->id, c->log_end, 0,
 				  KVS_FSCK_MISSING,
@@ -238,10 +237,8 @@ static void walk_progress(void *arg, uint64_t off)
  * log up to there was synced, so nothing in it is torn (0: not so). */
 static uint64_t clean_end(const struct fsck *f, uint64_t id)
 {
-	const struct manifest *m = &f->man;
-
-	return f->have_man && (m->flags & MANIFEST_CLEAN) && m->head_id == id
-		       ? m->head_length
+	return manifest_clean_head(&f->man, f->have_man, id)
+		       ? f->man.head_length
 		       : 0;
 }
 

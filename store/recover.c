@@ -352,8 +352,7 @@ static int walk_newest(struct kvs_store *s, struct recovery *rc,
 	struct walk_end end;
 	int err;
 
-	if (rc->have_man && (rc->man.flags & MANIFEST_CLEAN) &&
-	    rc->man.head_id == seg->id)
+	if (manifest_clean_head(&rc->man, rc->have_man, seg->id))
 		wo.clean_end = rc->man.head_length;
 	err = seg_walk_opts(s->io, seg->fd, seg->id, seg->size, &wo, newest_cb,
 			    &nw, &end);
@@ -620,9 +619,8 @@ static bool newest_clean(struct kvs_store *s, struct recovery *rc,
 {
 	bool zero = false;
 
-	if (!rc->have_man || !(rc->man.flags & MANIFEST_CLEAN) ||
-	    rc->man.head_id != sc->seg->id || sc->bad_header ||
-	    rc->man.head_length > sc->seg->size)
+	if (!manifest_clean_head(&rc->man, rc->have_man, sc->seg->id) ||
+	    sc->bad_header || rc->man.head_length > sc->seg->size)
 		return false;
 	return file_is_zero(s->io, sc->seg->fd, rc->man.head_length,
 			    sc->seg->size, &zero) == 0 &&
@@ -662,8 +660,8 @@ static void check_footer(struct kvs_store *s, struct recovery *rc,
 static void check_clean_head(struct kvs_store *s, struct recovery *rc,
 			     struct scan *sc)
 {
-	if (!rc->have_man || !(rc->man.flags & MANIFEST_CLEAN) ||
-	    rc->man.head_id != sc->seg->id || sc->damaged)
+	if (!manifest_clean_head(&rc->man, rc->have_man, sc->seg->id) ||
+	    sc->damaged)
 		return;
 	if (sc->seg->size >= rc->man.head_length &&
 	    sc->records >= rc->man.head_records)

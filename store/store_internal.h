@@ -169,6 +169,14 @@ struct manifest {
 	struct id_run *bare; /* malloc'd with runs (one array) */
 };
 
+/* Whether @m (read: @have) says segment @id was the head and was closed
+ * cleanly: its log up to m->head_length was synced then. */
+static inline bool manifest_clean_head(const struct manifest *m, bool have,
+				       uint64_t id)
+{
+	return have && (m->flags & MANIFEST_CLEAN) && m->head_id == id;
+}
+
 size_t manifest_encoded_size(uint32_t nruns, uint32_t nbare);
 void manifest_encode(const struct manifest *m, uint8_t *buf);
 /* 0 (out->runs malloc'd, out->bare inside it: free out->runs),
