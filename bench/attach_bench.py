@@ -82,8 +82,8 @@ def parse(argv):
                     "recompute) and decode tokens/s of generate() through kvstash against "
                     "transformers' default cache.")
     p.add_argument("--build", default="build-gpu",
-                   help="meson build directory holding tools/kvstash, tools/kvstashd and "
-                        "client/libkvstash.so (default build-gpu)")
+                   help="meson build directory holding tools/kvstash, server/kvstashd and "
+                        "lib/libkvstash.so (default build-gpu)")
     p.add_argument("--out", default=os.environ.get("OUT") or "attach-bench-out",
                    help="where the JSON and the PNG go (default $OUT)")
     p.add_argument("--tokens", type=count, default=None,
@@ -397,15 +397,15 @@ def main(argv):
     a = parse(argv)
     build = os.path.abspath(a.build)
     kvstash_exe = os.path.join(build, "tools", "kvstash")
-    kvstashd_exe = os.path.join(build, "tools", "kvstashd")
-    lib = os.path.join(build, "client", "libkvstash.so")
+    kvstashd_exe = os.path.join(build, "server", "kvstashd")
+    lib = os.path.join(build, "lib", "libkvstash.so")
     for path in (kvstash_exe, kvstashd_exe, lib):
         if not os.path.exists(path):
             print("attach_bench.py: %s is missing (build with meson and ninja first)" % path,
                   file=sys.stderr)
             return 1
     os.environ["KVSTASH_LIB"] = lib
-    sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+    sys.path.insert(0, os.path.join(ROOT, "python"))
     # transformers' deprecation notices say nothing about the figures
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=UserWarning)

@@ -20,7 +20,7 @@ runs=${2:-3}
 seconds=${3:-2}
 threads=${4:-4}
 kvstash="$build/tools/kvstash"
-kvstashd="$build/tools/kvstashd"
+kvstashd="$build/server/kvstashd"
 for exe in "$kvstash" "$kvstashd"; do
 	[ -x "$exe" ] || { echo "no $exe: build first" >&2; exit 1; }
 done

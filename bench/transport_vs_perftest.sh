@@ -27,7 +27,7 @@ build=${1:-build-ci}
 runs=${2:-3}
 seconds=${3:-2}
 kvstash="$build/tools/kvstash"
-kvstashd="$build/tools/kvstashd"
+kvstashd="$build/server/kvstashd"
 for exe in "$kvstash" "$kvstashd"; do
 	[ -x "$exe" ] || { echo "no $exe: build first" >&2; exit 1; }
 done

@@ -18,7 +18,6 @@
 #include <unistd.h>
 
 #include "client_internal.h"
-#include <xxhash.h>
 
 #include "common/bytes.h"
 #include "kvstash/error.h"
@@ -51,9 +50,7 @@ static int object_check(uint8_t *obj, size_t len,
 	if (key) {
 		if (h.ident.layer != key->layer)
 			return -KVS_ENOTFOUND;
-		memcpy(obj + KVS_PROTO_HDR_ID_OFF, key->span_id, KVS_ID_SIZE);
-		kvs_put64(obj + KVS_PROTO_HDR_SUM_OFF,
-			  XXH3_64bits(obj, KVS_PROTO_HDR_SUM_OFF));
+		kvs_header_set_block_id(obj, key->span_id);
 	}
 	return kvs_object_verify(obj, len, 0) ? -KVS_ENOTFOUND : 0;
 }

@@ -29,7 +29,7 @@
 
 #include "common/clock.h"
 #include "kvstash/client.h"
-#include "kvstash/transport.h"
+#include "kvstash/tenant.h"
 #include "transport/proto.h"
 #include "transport/ucx.h"
 

@@ -7,6 +7,7 @@
  * keeps its pages and residuals on the device and calls kernels.h directly.
  */
 #include "common.cuh"
+#include "kvstash/stream.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -360,6 +360,17 @@ void kvs_header_write(const struct kvs_header *hdr, uint8_t *out)
 	kvs_put64(out + HDR_CHECKSUM, kvs_xxh3(out, HDR_CHECKSUM));
 }
 
+/* The wire's namespace rewrite (docs/PROTOCOL.md) names these offsets. */
+_Static_assert(HDR_BLOCK_ID == 64 && HDR_CHECKSUM == 504,
+	       "docs/FORMAT.md and docs/PROTOCOL.md give the block id at 64 "
+	       "and the header checksum at 504");
+
+void kvs_header_set_block_id(uint8_t *hdr, const uint8_t id[KVS_ID_SIZE])
+{
+	memcpy(hdr + HDR_BLOCK_ID, id, KVS_ID_SIZE);
+	kvs_put64(hdr + HDR_CHECKSUM, kvs_xxh3(hdr, HDR_CHECKSUM));
+}
+
 /* Header of a raw object laid out as @lay; checksums the sections of
  * @image and zeroes its padding. */
 static void finish_raw(struct kvs_header *hdr, const struct kvs_layout *lay,

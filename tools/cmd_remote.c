@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli_kvs.h"
 #include "cli_util.h"
 #include "cmd.h"
 #include "kvstash/client.h"
@@ -78,29 +79,6 @@ static int connect_cluster(const char *cmd, const struct remote_args *a,
 	if (err)
 		kvs_cli_error(cmd, "%s: %s", a->etcd ? a->etcd : a->server,
 			      kvs_strerror(err));
-	return err;
-}
-
-int kvs_cli_client_connect(const char *cmd, const char *server,
-			   const char *key_file, uint32_t timeout_ms,
-			   bool shared_memory, struct kvs_client **out)
-{
-	struct kvs_client_opts o;
-	int err;
-
-	kvs_client_opts_default(&o);
-	o.address = server;
-	o.key_file = key_file;
-	o.shared_memory = shared_memory;
-	if (timeout_ms) {
-		o.timeout_ms = timeout_ms;
-		o.connect_timeout_ms = timeout_ms;
-	}
-	err = kvs_client_connect(&o, out);
-	if (err == -KVS_EAUTH)
-		kvs_cli_error(cmd, "%s: authentication refused", server);
-	else if (err)
-		kvs_cli_error(cmd, "%s: %s", server, kvs_strerror(err));
 	return err;
 }
 

@@ -26,13 +26,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli_kvs.h"
 #include "cli_util.h"
 #include "cmd.h"
-#include "kvs_config.h"
 #include "kvstash/store.h"
-#if KVS_HAVE_CUDA
-#include "kvstash/kernels.h"
-#endif
 
 #define PUT_CHUNK 32
 
@@ -138,17 +135,6 @@ static void base_opts(const struct store_args *a, struct kvs_store_opts *o,
 				     : (int)(a->lock_timeout * 1000);
 	o->progress = show_progress;
 	o->progress_arg = p;
-}
-
-void kvs_cli_store_pinning(struct kvs_store_opts *o)
-{
-#if KVS_HAVE_CUDA
-	/* with a GPU, the DRAM arena is pinned for asynchronous copies */
-	if (kvs_cuda_available() == 0)
-		o->register_arena = kvs_cuda_register_arena;
-#else
-	(void)o;
-#endif
 }
 
 /* Opens the store: for writing (put creates it), or read-only. */
@@ -346,39 +332,6 @@ static int store_delete(int argc, char **argv, struct store_args *a, char **pos,
 	free(keys);
 	free(res);
 	return rc;
-}
-
-static void tier_json(struct kvs_cli_json *j, const char *name,
-		      const struct kvs_store_tier_stats *t)
-{
-	kvs_cli_json_object_begin(j, name);
-	kvs_cli_json_u64(j, "blocks", t->blocks);
-	kvs_cli_json_u64(j, "bytes", t->bytes);
-	kvs_cli_json_u64(j, "capacity", t->capacity);
-	kvs_cli_json_object_end(j);
-}
-
-void kvs_cli_store_stats_json(struct kvs_cli_json *j,
-			      const struct kvs_store_stats *st,
-			      const char *scope)
-{
-	tier_json(j, "dram", &st->dram);
-	tier_json(j, "nvme", &st->nvme);
-	kvs_cli_json_str(j, "counters_scope", scope);
-	kvs_cli_json_u64(j, "hits", st->hits);
-	kvs_cli_json_u64(j, "misses", st->misses);
-	kvs_cli_json_u64(j, "evictions", st->evictions);
-	kvs_cli_json_u64(j, "spills", st->spills);
-	kvs_cli_json_u64(j, "corrupt_dropped", st->corrupt_dropped);
-	kvs_cli_json_u64(j, "torn_dropped", st->torn_dropped);
-	kvs_cli_json_u64(j, "lost_segments", st->lost_segments);
-	kvs_cli_json_u64(j, "compactions", st->compactions);
-	kvs_cli_json_u64(j, "segments", st->segments);
-	kvs_cli_json_u64(j, "nvme_file_bytes", st->nvme_file_bytes);
-	kvs_cli_json_bool(j, "direct_io", st->direct_io);
-	kvs_cli_json_bool(j, "hugepages", st->hugepages);
-	kvs_cli_json_bool(j, "registered_buffers", st->registered);
-	kvs_cli_json_bool(j, "cuda_pinned", st->host_pinned);
 }
 
 static int store_stat(int argc, char **argv, struct store_args *a, char **pos,

@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "cli_util.h"
+#include "bench_cmd.h"
 #include "cmd.h"
+#include "demo_cmd.h"
 #include "kvs_config.h"
 
 struct command {

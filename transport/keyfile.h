@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-#include "kvstash/transport.h"
+#include "kvstash/tenant.h"
 
 /* Every tenant of @path into tenants[0 .. *n) (at most @max).  0,
  * -ENOENT/-EACCES..., or -KVS_EPARAM for a malformed line or no tenant. */

@@ -46,11 +46,6 @@
 #define KVS_PROTO_LAYERS_MAX 4096u
 #define KVS_PROTO_CHAIN_MAX 65536u /* spans of one lookup */
 
-/* Where a block header holds its block id and its checksum (xxh3-64 of
- * the bytes before it): the namespace rewrite of docs/PROTOCOL.md. */
-#define KVS_PROTO_HDR_ID_OFF 64u
-#define KVS_PROTO_HDR_SUM_OFF 504u
-
 /* Frame header field offsets (docs/PROTOCOL.md, "Frame header"). */
 enum kvs_proto_offset {
 	KVS_PROTO_OFF_MAGIC = 0,

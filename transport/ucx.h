@@ -1,5 +1,5 @@
 /*
- * ucx.h - the UCX (ucp) glue shared by the server (transport/server.c)
+ * ucx.h - the UCX (ucp) glue shared by the server (server/server.c)
  * and the client library (client/): one context and one worker per
  * process side, event-driven progress, status translation, addresses.
  *

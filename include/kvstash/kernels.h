@@ -24,7 +24,6 @@
 #include <stdint.h>
 
 #include "kvstash/kvformat.h"
-#include "kvstash/stream.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -200,8 +199,10 @@ int kvs_cuda_resid_seal(const struct kvs_cuda_resid *st, const int32_t *seq_ids,
 /* Pops the oldest Value of every sequence holding more than R. */
 int kvs_cuda_resid_pop(const struct kvs_cuda_resid *st);
 
-/* The CUDA backend (host pointers in and out, as kvs_backend_cpu());
- * NULL when no device is usable. */
+/* The CUDA backend of the streaming state (stream.h's struct
+ * kvs_backend_ops: host pointers in and out, as kvs_backend_cpu()); NULL
+ * when no device is usable. */
+struct kvs_backend_ops;
 const struct kvs_backend_ops *kvs_backend_cuda(void);
 
 #ifdef __cplusplus

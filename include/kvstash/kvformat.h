@@ -248,6 +248,17 @@ int kvs_object_compress(const uint8_t *obj, size_t len, uint8_t **out,
 			size_t *out_len);
 
 /*
+ * kvs_header_set_block_id - writes @id as the block id of the object
+ * header at @hdr (KVS_HEADER_SIZE bytes, already decoded) and its header
+ * checksum again, every other byte as it was.  The namespace rewrite of
+ * docs/PROTOCOL.md: the server binds a client's id to the tenant's
+ * namespace with it, and the client writes back the id it asked for.
+ * The sections' checksums do not cover the header, so a valid object
+ * stays valid.
+ */
+void kvs_header_set_block_id(uint8_t *hdr, const uint8_t id[KVS_ID_SIZE]);
+
+/*
  * kvs_header_decode - validate magic, version, header checksum and the
  * bounds of the section table, in that order; each failure has its own
  * error.  Does not read section payloads.  @out written only on success.

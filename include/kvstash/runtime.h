@@ -438,6 +438,44 @@ int kvs_seq_history(struct kvs_seq *seq, uint32_t layer, uint32_t first,
 /* Sealed spans of @layer. */
 uint32_t kvs_seq_block_count(const struct kvs_seq *seq, uint32_t layer);
 
+/* ---- the block store over a kvstashd (client.h) ---------------------- */
+
+struct kvs_client;
+
+/*
+ * kvs_blockstore_remote - the block store of the decode runtime
+ * over @client's server (client.h): lookup, get, put and delete in
+ * requests of the server's limits (a large call is several requests in
+ * flight at once), puts acknowledged at memory durability, residual
+ * tails through the tail handoff (the block store's tail keys are the
+ * request ids).  On success the block store owns @client and closes it
+ * when its last reference goes (kvs_blockstore_release); on failure the
+ * caller keeps it.  Returns 0 and *@out, -KVS_EPARAM or -ENOMEM.
+ */
+int kvs_blockstore_remote(struct kvs_client *client,
+			  struct kvs_blockstore **out);
+
+#define KVS_BLOCKSTORE_LANES_MAX 16
+
+/*
+ * kvs_blockstore_remote_lanes - the same, with the gets spread over
+ * @lanes connections (1..KVS_BLOCKSTORE_LANES_MAX): @client's and
+ * @lanes - 1 more made by kvs_client_dup, which the block store owns.
+ * One connection's progress thread receives and one waiter checks what
+ * it receives; a large get (an attach's layer) on several goes at the
+ * rate of several.  Everything but gets goes through @client.  Returns
+ * as kvs_blockstore_remote, or kvs_client_dup's errors (then the caller
+ * keeps @client).
+ */
+int kvs_blockstore_remote_lanes(struct kvs_client *client, unsigned lanes,
+				struct kvs_blockstore **out);
+
+/* The client of a block store made by kvs_blockstore_remote (NULL for
+ * another kind): for the calls the block store interface has not (stat,
+ * exists); owned by @bs, valid while it is. */
+struct kvs_client *
+kvs_blockstore_remote_client(const struct kvs_blockstore *bs);
+
 #ifdef __cplusplus
 }
 #endif

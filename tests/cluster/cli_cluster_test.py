@@ -26,7 +26,7 @@ import urllib.request
 
 # The remote forms' test gives the driver (run, check, blocks, the key).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "transport"))
+                                "..", "server"))
 import cli_remote_test  # noqa: E402
 from cli_remote_test import ALICE, KVSTASH, KVSTASHD, run  # noqa: E402
 from cli_test import Failure, check  # noqa: E402

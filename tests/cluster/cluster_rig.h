@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../transport/service_util.h"
+#include "../server/service_util.h"
 #include "etcd_harness.h"
 #include "kvstash/client.h"
 
