@@ -11,8 +11,8 @@ if [ -z "$cf" ]; then
 fi
 # CUDA sources (kernels/, tests/gpu/) follow the same rule by hand; their
 # inline PTX does not survive automatic formatting.
-files=$(find include common kvformat store runtime transport cluster \
-	client tools tests fuzz \
+files=$(find include common kvformat stream store runtime transport server \
+	cluster client lib tools bench/src demo tests fuzz \
 	-name '*.[ch]' ! -path 'tests/gpu/*' 2>/dev/null | sort)
 # shellcheck disable=SC2086
 "$cf" --dry-run --Werror $files
