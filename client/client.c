@@ -1,7 +1,8 @@
 /*
- * client.c - libkvstash's public API (include/kvstash/client.h): the
- * progress thread, the submission queue, handles and the synchronous
- * forms, and the connect sequence (hello, challenge, proof).
+ * client.c - the client's machinery under its calls (calls.c): the
+ * progress thread, the submission queue, waiting on handles, and the
+ * connect sequence (hello, challenge, proof); a client's shape, one
+ * daemon or a cluster, is its ops (client_internal.h).
  *
  * A call builds its request (frame and payload) in the caller's thread,
  * queues it and wakes the progress thread, which sends it and drives UCX
@@ -31,115 +32,9 @@ void kvs_client_opts_default(struct kvs_client_opts *opts)
 	opts->timeout_ms = 10000;
 }
 
-/* ---- verification and completion ------------------------------------- */
-
-/*
- * The client's own checks of a received object.  A block arrives as the
- * server stores it, under its namespaced id: its header is checked as
- * received (checksum included), the id the client asked for is written
- * back with the header checksum recomputed (docs/PROTOCOL.md, section 5),
- * and then the whole object is verified.
- */
-static int object_check(uint8_t *obj, size_t len,
-			const struct kvs_store_key *key, unsigned kind)
-{
-	struct kvs_header h;
-
-	if (kvs_header_decode(obj, len, 0, &h) || h.kind != kind)
-		return -KVS_ENOTFOUND;
-	if (key) {
-		if (h.ident.layer != key->layer)
-			return -KVS_ENOTFOUND;
-		kvs_header_set_block_id(obj, key->span_id);
-	}
-	return kvs_object_verify(obj, len, 0) ? -KVS_ENOTFOUND : 0;
-}
-
-void req_verify(struct kvs_client_req *req)
-{
-	uint64_t bad = 0;
-
-	if (!req->verify || req->status)
-		return;
-	if (req->opcode == KVS_OP_TAIL_TAKE) {
-		if (object_check(req->tail_buf, *req->tail_len, NULL,
-				 KVS_KIND_TAIL)) {
-			req->status = -KVS_ENOTFOUND;
-			bad++;
-		}
-	} else {
-		for (uint32_t i = 0; i < req->count; i++) {
-			if (req->results[i])
-				continue;
-			req->results[i] =
-				object_check(req->bufs[i], req->lens[i],
-					     &req->keys[i], KVS_KIND_BLOCK);
-			bad += req->results[i] != 0;
-		}
-	}
-	if (bad) {
-		__atomic_fetch_add(&req->cl->counters.corrupt_dropped, bad,
-				   __ATOMIC_RELAXED);
-		kvs_log(KVS_LOG_DEBUG,
-			"kvstash client: %llu objects failed their checks: "
-			"misses",
-			(unsigned long long)bad);
-	}
-}
-
-void req_free(struct kvs_client_req *req)
-{
-	if (!req)
-		return;
-	free(req->payload);
-	free(req->iov);
-	free(req->riov);
-	free(req->scratch);
-	free(req->part_mem);
-	free(req);
-}
-
-void req_complete(struct kvs_client_req *req)
-{
-	struct kvs_client *cl = req->cl;
-
-	if (req->on_done) {
-		/* run once UCX's callbacks are over (progress_turn) */
-		req->next = NULL;
-		*cl->deferred_tail = req;
-		cl->deferred_tail = &req->next;
-		return;
-	}
-	if (req->cb) {
-		req_verify(req);
-		req->cb(req->arg, req->status);
-		req_free(req);
-		return;
-	}
-	pthread_mutex_lock(&cl->lock);
-	req->done = true;
-	pthread_cond_broadcast(&cl->cond);
-	pthread_mutex_unlock(&cl->lock);
-}
-
-static void drive_until_done(struct kvs_client *cl, struct kvs_client_req *req);
-
-int kvs_client_wait(struct kvs_client_req *req)
-{
-	struct kvs_client *cl = req->cl;
-	int status;
-
-	drive_until_done(cl, req);
-	req_verify(req);
-	status = req->status;
-	req_free(req);
-	return status;
-}
-
 /* ---- the progress thread --------------------------------------------- */
 
-/* The on_done of requests finished during the last UCX progress. */
-static bool run_deferred(struct kvs_client *cl)
+bool client_run_deferred(struct kvs_client *cl)
 {
 	bool ran = false;
 
@@ -158,37 +53,14 @@ static bool run_deferred(struct kvs_client *cl)
 
 static void drain_queue(struct kvs_client *cl)
 {
-	struct kvs_client_req *q, *next;
+	struct kvs_client_req *q;
 
 	pthread_mutex_lock(&cl->lock);
 	q = cl->queue;
 	cl->queue = NULL;
 	cl->queue_tail = &cl->queue;
 	pthread_mutex_unlock(&cl->lock);
-	if (cl->route) {
-		for (; q; q = next) {
-			next = q->next;
-			q->next = NULL;
-			route_start(cl->route, q);
-		}
-		return;
-	}
-	/* those over the server's in-flight limit wait their turn, in order */
-	if (q) {
-		struct kvs_client_req **t = &cl->waiting;
-
-		while (*t)
-			t = &(*t)->next;
-		*t = q;
-	}
-	while ((q = cl->waiting) &&
-	       (cl->conn.broken ||
-		cl->conn.inflight < cl->conn.limits.max_inflight)) {
-		next = q->next;
-		cl->waiting = next;
-		q->next = NULL;
-		conn_send(&cl->conn, q);
-	}
+	cl->ops->start(cl, q);
 }
 
 /* One turn of progress; client->progress held.  True if anything moved. */
@@ -196,38 +68,21 @@ static bool progress_turn(struct kvs_client *cl)
 {
 	unsigned n = 0, k;
 	uint64_t now;
+	bool check;
 
 	drain_queue(cl);
 	while ((k = ucp_worker_progress(cl->ucx.worker)))
 		n += k;
 	now = kvs_now_ns();
-	if (cl->route) {
-		bool check = now - cl->last_check > 1000000ull;
-
-		if (check)
-			cl->last_check = now;
-		n += run_deferred(cl);
-		n += route_progress(cl->route, now, check);
-		n += run_deferred(cl);
-		return n > 0;
-	}
-	conn_progress_close(&cl->conn);
-	if (now - cl->last_check > 1000000ull) {
-		conn_check_deadlines(&cl->conn, now);
+	check = now - cl->last_check > 1000000ull;
+	if (check)
 		cl->last_check = now;
-	}
+	n += cl->ops->progress(cl, now, check);
 	return n > 0;
 }
 
-/* Whether requests are in flight (busy-poll) and whether everything is
- * over once the client stops; client->progress held. */
-static bool busy_now(struct kvs_client *cl)
-{
-	if (cl->route)
-		return route_busy(cl->route) || cl->deferred;
-	return cl->conn.inflight || cl->conn.closing;
-}
-
+/* Whether everything is over once the client stops; client->progress
+ * held. */
 static bool stop_turn(struct kvs_client *cl, uint64_t close_since)
 {
 	/* a close the peer never answers: the worker's destruction cleans
@@ -235,13 +90,7 @@ static bool stop_turn(struct kvs_client *cl, uint64_t close_since)
 	bool late = kvs_now_ns() - close_since >
 		    (uint64_t)cl->opts.connect_timeout_ms * 1000000ull;
 
-	if (cl->route)
-		return route_shutdown(cl->route, late);
-	if (!cl->conn.broken)
-		conn_close(&cl->conn);
-	if (cl->waiting == NULL && conn_idle(&cl->conn))
-		return true;
-	return late && conn_inflight_only_close(&cl->conn);
+	return cl->ops->stop(cl, late);
 }
 
 static void *progress_main(void *arg)
@@ -265,7 +114,7 @@ static void *progress_main(void *arg)
 			close_since = kvs_now_ns();
 		if (stop)
 			done = stop_turn(cl, close_since);
-		busy = busy_now(cl);
+		busy = cl->ops->busy(cl);
 		if (!busy && !done)
 			armed = ucp_worker_arm(cl->ucx.worker) == UCS_OK;
 		pthread_mutex_unlock(&cl->progress);
@@ -292,7 +141,7 @@ static void *progress_main(void *arg)
  * waiting thread drives for as long as that moves things (and 100 us
  * past), then sleeps and leaves UCX to the progress thread: many waiting
  * threads spinning at once would starve everything else of cores. */
-static void drive_until_done(struct kvs_client *cl, struct kvs_client_req *req)
+void client_drive(struct kvs_client *cl, struct kvs_client_req *req)
 {
 	uint64_t idle_since = kvs_now_ns();
 	bool driving = true;
@@ -346,30 +195,16 @@ static void drive_until_done(struct kvs_client *cl, struct kvs_client_req *req)
 		__atomic_fetch_sub(&cl->waiters, 1, __ATOMIC_RELAXED);
 }
 
-static void encode_header(struct kvs_client_req *req)
+int kvs_client_wait(struct kvs_client_req *req)
 {
-	struct kvs_proto_frame f = {
-		.version = KVS_PROTO_VERSION,
-		.opcode = req->opcode,
-		.req_id = req->id,
-		.count = req->count,
-		.body_len = (uint32_t)(req->frame_len - KVS_PROTO_HEADER_SIZE),
-		.flags = kvs_get32(req->frame + KVS_PROTO_OFF_FLAGS),
-	};
+	struct kvs_client *cl = req->cl;
+	int status;
 
-	kvs_proto_header_encode(&f, req->frame);
-}
-
-void req_seal(struct kvs_client *cl, struct kvs_client_req *req,
-	      uint64_t deadline_ns)
-{
-	req->cl = cl;
-	req->deadline_ns = deadline_ns;
-	pthread_mutex_lock(&cl->lock);
-	req->id = ++cl->next_id;
-	cl->counters.requests++;
-	pthread_mutex_unlock(&cl->lock);
-	encode_header(req);
+	client_drive(cl, req);
+	req_verify(req);
+	status = req->status;
+	req_free(req);
+	return status;
 }
 
 /* Queues @req (frame and payload built) and wakes the thread. */
@@ -390,7 +225,7 @@ int client_submit(struct kvs_client *c, struct kvs_client_req *req,
 		return -KVS_ECONN;
 	}
 	req->id = ++c->next_id;
-	encode_header(req);
+	req_encode_header(req);
 	req->next = NULL;
 	*c->queue_tail = req;
 	c->queue_tail = &req->next;
@@ -401,620 +236,6 @@ int client_submit(struct kvs_client *c, struct kvs_client_req *req,
 	pthread_mutex_unlock(&c->lock);
 	if (write(c->wake_fd, &one, sizeof(one)) < 0)
 		return 0; /* the thread wakes within 100 ms anyway */
-	return 0;
-}
-
-/* A new request of @opcode with @body_len bytes of body and @flags. */
-struct kvs_client_req *req_new(uint16_t opcode, uint32_t count, size_t body_len,
-			       uint32_t flags)
-{
-	struct kvs_client_req *req = calloc(1, sizeof(*req));
-
-	if (!req)
-		return NULL;
-	req->opcode = opcode;
-	req->count = count;
-	req->frame_len = KVS_PROTO_HEADER_SIZE + body_len;
-	kvs_put32(req->frame + KVS_PROTO_OFF_FLAGS, flags);
-	return req;
-}
-
-static int check_call(struct kvs_client *c, size_t n, kvs_client_cb cb,
-		      struct kvs_client_req **req_out)
-{
-	if (!c || (cb == NULL) == (req_out == NULL))
-		return -KVS_EPARAM;
-	if (n == 0)
-		return -KVS_EPARAM;
-	if (n > c->conn.limits.max_batch)
-		return -KVS_EBATCH;
-	return 0;
-}
-
-int req_keys_payload(struct kvs_client_req *req,
-		     const struct kvs_store_key *keys, size_t n)
-{
-	req->payload_len = n * KVS_PROTO_KEY_SIZE;
-	req->payload = malloc(req->payload_len);
-	if (!req->payload)
-		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		struct kvs_proto_key k;
-
-		memcpy(k.span_id, keys[i].span_id, KVS_ID_SIZE);
-		k.layer = keys[i].layer;
-		kvs_proto_key_encode(&k, req->payload + i * KVS_PROTO_KEY_SIZE);
-	}
-	return 0;
-}
-
-/* ---- requests -------------------------------------------------------- */
-
-int kvs_client_lookup_async(struct kvs_client *c,
-			    const uint8_t (*span_ids)[KVS_ID_SIZE],
-			    size_t n_spans, const uint32_t *layers,
-			    size_t n_layers, size_t *prefix, kvs_client_cb cb,
-			    void *arg, struct kvs_client_req **req_out)
-{
-	struct kvs_client_req *req;
-
-	if (!c || (cb == NULL) == (req_out == NULL) || n_spans == 0 ||
-	    n_spans > KVS_PROTO_CHAIN_MAX || n_layers == 0 ||
-	    n_layers > KVS_PROTO_LAYERS_MAX)
-		return -KVS_EPARAM;
-	if (c->route) {
-		struct route_call rc = { .kind = ROUTE_LOOKUP,
-					 .spans = span_ids,
-					 .n_spans = n_spans,
-					 .layers = layers,
-					 .n_layers = n_layers,
-					 .prefix = prefix };
-
-		return route_submit(c, &rc, cb, arg, req_out);
-	}
-	req = req_new(KVS_OP_LOOKUP, (uint32_t)n_spans, 8, 0);
-	if (!req)
-		return -ENOMEM;
-	kvs_put32(req->frame + KVS_PROTO_HEADER_SIZE, (uint32_t)n_layers);
-	req->payload_len = n_layers * 4 + n_spans * KVS_ID_SIZE;
-	req->payload = malloc(req->payload_len);
-	if (!req->payload) {
-		req_free(req);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < n_layers; i++)
-		kvs_put32(req->payload + i * 4, layers[i]);
-	memcpy(req->payload + n_layers * 4, span_ids, n_spans * KVS_ID_SIZE);
-	req->prefix = prefix;
-	return client_submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
-}
-
-/* EXISTS, GET and DELETE: keys in the payload. */
-static int keyed(struct kvs_client *c, uint16_t op,
-		 const struct kvs_store_key *keys, size_t n,
-		 struct kvs_client_req **out)
-{
-	struct kvs_client_req *req = req_new(op, (uint32_t)n, 0, 0);
-
-	if (!req)
-		return -ENOMEM;
-	if (req_keys_payload(req, keys, n)) {
-		req_free(req);
-		return -ENOMEM;
-	}
-	req->keys = keys;
-	*out = req;
-	return 0;
-}
-
-int kvs_client_exists_async(struct kvs_client *c,
-			    const struct kvs_store_key *keys, size_t n,
-			    bool *present, kvs_client_cb cb, void *arg,
-			    struct kvs_client_req **req_out)
-{
-	struct kvs_client_req *req;
-	int err = check_call(c, n, cb, req_out);
-
-	if (!err && c->route) {
-		struct route_call rc = { .kind = ROUTE_EXISTS,
-					 .keys = keys,
-					 .n = n,
-					 .present = present };
-
-		return route_submit(c, &rc, cb, arg, req_out);
-	}
-	if (!err)
-		err = keyed(c, KVS_OP_EXISTS, keys, n, &req);
-	if (err)
-		return err;
-	req->present = present;
-	return client_submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
-}
-
-int kvs_client_get_async(struct kvs_client *c, const struct kvs_store_key *keys,
-			 size_t n, void *const *bufs, const size_t *caps,
-			 size_t *lens, int *results, kvs_client_cb cb,
-			 void *arg, struct kvs_client_req **req_out)
-{
-	struct kvs_client_req *req;
-	int err = check_call(c, n, cb, req_out);
-
-	if (!err && c->route) {
-		struct route_call rc = { .kind = ROUTE_GET,
-					 .keys = keys,
-					 .n = n,
-					 .bufs = bufs,
-					 .caps = caps,
-					 .lens = lens,
-					 .results = results };
-
-		return route_submit(c, &rc, cb, arg, req_out);
-	}
-	if (!err)
-		err = keyed(c, KVS_OP_GET, keys, n, &req);
-	if (err)
-		return err;
-	req->bufs = bufs;
-	req->caps = caps;
-	req->lens = lens;
-	req->results = results;
-	return client_submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
-}
-
-int kvs_client_delete_async(struct kvs_client *c,
-			    const struct kvs_store_key *keys, size_t n,
-			    int *results, kvs_client_cb cb, void *arg,
-			    struct kvs_client_req **req_out)
-{
-	struct kvs_client_req *req;
-	int err = check_call(c, n, cb, req_out);
-
-	if (!err && c->route) {
-		struct route_call rc = { .kind = ROUTE_DELETE,
-					 .keys = keys,
-					 .n = n,
-					 .results = results };
-
-		return route_submit(c, &rc, cb, arg, req_out);
-	}
-	if (!err)
-		err = keyed(c, KVS_OP_DELETE, keys, n, &req);
-	if (err)
-		return err;
-	req->results = results;
-	return client_submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
-}
-
-int req_put_new(const uint8_t *const *objs, const size_t *lens, size_t n,
-		enum kvs_durability durability, struct kvs_client_req **out)
-{
-	struct kvs_client_req *req;
-
-	req = req_new(KVS_OP_PUT, (uint32_t)n, n * KVS_PROTO_ITEM_SIZE,
-		      (uint32_t)durability);
-	if (!req)
-		return -ENOMEM;
-	req->iov = calloc(n, sizeof(*req->iov));
-	if (!req->iov) {
-		req_free(req);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < n; i++) {
-		kvs_proto_item_encode(req->frame + KVS_PROTO_HEADER_SIZE +
-					      i * KVS_PROTO_ITEM_SIZE,
-				      (uint32_t)lens[i]);
-		req->iov[i].buffer = (void *)objs[i];
-		req->iov[i].length = lens[i];
-	}
-	req->iov_n = n;
-	*out = req;
-	return 0;
-}
-
-/* A put of @replicas copies (0: a cluster client's own count). */
-static int put_copies(struct kvs_client *c, const uint8_t *const *objs,
-		      const size_t *lens, size_t n,
-		      enum kvs_durability durability, unsigned replicas,
-		      int *results, kvs_client_cb cb, void *arg,
-		      struct kvs_client_req **req_out)
-{
-	struct kvs_client_req *req;
-	uint64_t total = 0;
-	int err = check_call(c, n, cb, req_out);
-
-	if (err)
-		return err;
-	if (replicas > KVS_CLIENT_REPLICAS_MAX)
-		return -KVS_EPARAM;
-	for (size_t i = 0; i < n; i++) {
-		if (lens[i] < KVS_HEADER_SIZE || lens[i] > UINT32_MAX)
-			return -KVS_EPARAM;
-		if (lens[i] > c->conn.limits.max_object)
-			return -KVS_ETOOBIG;
-		total += lens[i];
-	}
-	if (c->route) {
-		struct route_call rc = { .kind = ROUTE_PUT,
-					 .objs = objs,
-					 .obj_lens = lens,
-					 .n = n,
-					 .durability = durability,
-					 .replicas = replicas,
-					 .results = results };
-
-		return route_submit(c, &rc, cb, arg, req_out);
-	}
-	if (total > c->conn.limits.max_payload)
-		return -KVS_ETOOBIG;
-	err = req_put_new(objs, lens, n, durability, &req);
-	if (err)
-		return err;
-	req->results = results;
-	return client_submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
-}
-
-int kvs_client_put_replicas_async(struct kvs_client *c,
-				  const uint8_t *const *objs,
-				  const size_t *lens, size_t n,
-				  enum kvs_durability durability,
-				  unsigned replicas, int *results,
-				  kvs_client_cb cb, void *arg,
-				  struct kvs_client_req **req_out)
-{
-	if (replicas == 0)
-		return -KVS_EPARAM;
-	return put_copies(c, objs, lens, n, durability, replicas, results, cb,
-			  arg, req_out);
-}
-
-int kvs_client_put_async(struct kvs_client *c, const uint8_t *const *objs,
-			 const size_t *lens, size_t n,
-			 enum kvs_durability durability, int *results,
-			 kvs_client_cb cb, void *arg,
-			 struct kvs_client_req **req_out)
-{
-	return put_copies(c, objs, lens, n, durability, 0, results, cb, arg,
-			  req_out);
-}
-
-int req_tail_put_new(const uint8_t *request_id, const uint8_t *tail, size_t len,
-		     uint32_t ttl_ms, struct kvs_client_req **out)
-{
-	struct kvs_client_req *req;
-	uint8_t *b;
-
-	req = req_new(KVS_OP_TAIL_PUT, 1, KVS_PROTO_TAIL_PUT_SIZE, 0);
-	if (!req)
-		return -ENOMEM;
-	b = req->frame + KVS_PROTO_HEADER_SIZE;
-	memcpy(b, request_id, KVS_PROTO_REQID_SIZE);
-	kvs_put32(b + KVS_PROTO_REQID_SIZE, ttl_ms);
-	kvs_put32(b + KVS_PROTO_REQID_SIZE + 4, (uint32_t)len);
-	req->iov = calloc(1, sizeof(*req->iov));
-	if (!req->iov) {
-		req_free(req);
-		return -ENOMEM;
-	}
-	req->iov[0].buffer = (void *)tail;
-	req->iov[0].length = len;
-	req->iov_n = 1;
-	*out = req;
-	return 0;
-}
-
-int kvs_client_tail_put_async(struct kvs_client *c,
-			      const uint8_t request_id[KVS_CLIENT_REQUEST_ID],
-			      const uint8_t *tail, size_t len, uint32_t ttl_ms,
-			      kvs_client_cb cb, void *arg,
-			      struct kvs_client_req **req_out)
-{
-	struct kvs_client_req *req;
-	int err = check_call(c, 1, cb, req_out);
-
-	if (err)
-		return err;
-	if (len < KVS_HEADER_SIZE || len > c->conn.limits.max_object ||
-	    ttl_ms == 0)
-		return len > c->conn.limits.max_object ? -KVS_ETOOBIG
-						       : -KVS_EPARAM;
-	if (c->route) {
-		struct route_call rc = { .kind = ROUTE_TAIL_PUT,
-					 .n = 1,
-					 .request_id = request_id,
-					 .tail = tail,
-					 .tail_len = len,
-					 .ttl_ms = ttl_ms };
-
-		return route_submit(c, &rc, cb, arg, req_out);
-	}
-	err = req_tail_put_new(request_id, tail, len, ttl_ms, &req);
-	if (err)
-		return err;
-	return client_submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
-}
-
-struct kvs_client_req *req_tail_take_new(const uint8_t *request_id)
-{
-	struct kvs_client_req *req =
-		req_new(KVS_OP_TAIL_TAKE, 0, KVS_PROTO_REQID_SIZE, 0);
-
-	if (req)
-		memcpy(req->frame + KVS_PROTO_HEADER_SIZE, request_id,
-		       KVS_PROTO_REQID_SIZE);
-	return req;
-}
-
-int kvs_client_tail_take_async(struct kvs_client *c,
-			       const uint8_t request_id[KVS_CLIENT_REQUEST_ID],
-			       void *buf, size_t cap, size_t *len,
-			       kvs_client_cb cb, void *arg,
-			       struct kvs_client_req **req_out)
-{
-	struct kvs_client_req *req;
-	int err = check_call(c, 1, cb, req_out);
-
-	if (err)
-		return err;
-	if (c->route) {
-		struct route_call rc = { .kind = ROUTE_TAIL_TAKE,
-					 .n = 1,
-					 .request_id = request_id,
-					 .tail_buf = buf,
-					 .tail_cap = cap,
-					 .tail_out = len };
-
-		return route_submit(c, &rc, cb, arg, req_out);
-	}
-	req = req_tail_take_new(request_id);
-	if (!req)
-		return -ENOMEM;
-	req->tail_buf = buf;
-	req->tail_cap = cap;
-	req->tail_len = len;
-	return client_submit(c, req, c->opts.timeout_ms, cb, arg, req_out);
-}
-
-/* ---- synchronous forms ----------------------------------------------- */
-
-#define SYNC(call)                                                             \
-	do {                                                                   \
-		struct kvs_client_req *req_;                                   \
-		int err_ = (call);                                             \
-		return err_ ? err_ : kvs_client_wait(req_);                    \
-	} while (0)
-
-int kvs_client_lookup(struct kvs_client *c,
-		      const uint8_t (*span_ids)[KVS_ID_SIZE], size_t n_spans,
-		      const uint32_t *layers, size_t n_layers, size_t *prefix)
-{
-	SYNC(kvs_client_lookup_async(c, span_ids, n_spans, layers, n_layers,
-				     prefix, NULL, NULL, &req_));
-}
-
-int kvs_client_exists(struct kvs_client *c, const struct kvs_store_key *keys,
-		      size_t n, bool *present)
-{
-	SYNC(kvs_client_exists_async(c, keys, n, present, NULL, NULL, &req_));
-}
-
-int kvs_client_get(struct kvs_client *c, const struct kvs_store_key *keys,
-		   size_t n, void *const *bufs, const size_t *caps,
-		   size_t *lens, int *results)
-{
-	SYNC(kvs_client_get_async(c, keys, n, bufs, caps, lens, results, NULL,
-				  NULL, &req_));
-}
-
-int kvs_client_put(struct kvs_client *c, const uint8_t *const *objs,
-		   const size_t *lens, size_t n, enum kvs_durability durability,
-		   int *results)
-{
-	SYNC(kvs_client_put_async(c, objs, lens, n, durability, results, NULL,
-				  NULL, &req_));
-}
-
-int kvs_client_put_replicas(struct kvs_client *c, const uint8_t *const *objs,
-			    const size_t *lens, size_t n,
-			    enum kvs_durability durability, unsigned replicas,
-			    int *results)
-{
-	SYNC(kvs_client_put_replicas_async(c, objs, lens, n, durability,
-					   replicas, results, NULL, NULL,
-					   &req_));
-}
-
-int kvs_client_delete(struct kvs_client *c, const struct kvs_store_key *keys,
-		      size_t n, int *results)
-{
-	SYNC(kvs_client_delete_async(c, keys, n, results, NULL, NULL, &req_));
-}
-
-int kvs_client_tail_put(struct kvs_client *c,
-			const uint8_t request_id[KVS_CLIENT_REQUEST_ID],
-			const uint8_t *tail, size_t len, uint32_t ttl_ms)
-{
-	SYNC(kvs_client_tail_put_async(c, request_id, tail, len, ttl_ms, NULL,
-				       NULL, &req_));
-}
-
-int kvs_client_tail_take(struct kvs_client *c,
-			 const uint8_t request_id[KVS_CLIENT_REQUEST_ID],
-			 void *buf, size_t cap, size_t *len)
-{
-	SYNC(kvs_client_tail_take_async(c, request_id, buf, cap, len, NULL,
-					NULL, &req_));
-}
-
-void client_stat_decode(const uint64_t *v, struct kvs_client_stat *out)
-{
-	memset(out, 0, sizeof(*out));
-	out->store.dram.blocks = v[KVS_STAT_DRAM_BLOCKS];
-	out->store.dram.bytes = v[KVS_STAT_DRAM_BYTES];
-	out->store.dram.capacity = v[KVS_STAT_DRAM_CAPACITY];
-	out->store.nvme.blocks = v[KVS_STAT_NVME_BLOCKS];
-	out->store.nvme.bytes = v[KVS_STAT_NVME_BYTES];
-	out->store.nvme.capacity = v[KVS_STAT_NVME_CAPACITY];
-	out->store.hits = v[KVS_STAT_HITS];
-	out->store.misses = v[KVS_STAT_MISSES];
-	out->store.evictions = v[KVS_STAT_EVICTIONS];
-	out->store.spills = v[KVS_STAT_SPILLS];
-	out->store.corrupt_dropped = v[KVS_STAT_CORRUPT_DROPPED];
-	out->store.torn_dropped = v[KVS_STAT_TORN_DROPPED];
-	out->store.segments = v[KVS_STAT_SEGMENTS];
-	out->store.nvme_file_bytes = v[KVS_STAT_NVME_FILE_BYTES];
-	out->store.direct_io = v[KVS_STAT_FLAGS] & 1;
-	out->store.hugepages = v[KVS_STAT_FLAGS] >> 1 & 1;
-	out->store.registered = v[KVS_STAT_FLAGS] >> 2 & 1;
-	out->tails = v[KVS_STAT_TAILS];
-	out->tail_bytes = v[KVS_STAT_TAIL_BYTES];
-	out->tails_expired = v[KVS_STAT_TAILS_EXPIRED];
-	out->connections = v[KVS_STAT_CONNECTIONS];
-	out->uptime_s = v[KVS_STAT_UPTIME_S];
-	out->store.dram_hits = v[KVS_STAT_DRAM_HITS];
-	out->store.nvme_hits = v[KVS_STAT_NVME_HITS];
-	out->store.promotions = v[KVS_STAT_PROMOTIONS];
-	out->store.carried = v[KVS_STAT_CARRIED];
-	out->store.lost_segments = v[KVS_STAT_LOST_SEGMENTS];
-	out->store.compactions = v[KVS_STAT_COMPACTIONS];
-}
-
-/* A one-server client's STAT. */
-static int stat_one(struct kvs_client *c, struct kvs_client_stat *out)
-{
-	struct kvs_client_req *req;
-	uint64_t v[KVS_PROTO_STAT_MAX] = { 0 };
-	int err;
-
-	req = req_new(KVS_OP_STAT, 0, 0, 0);
-	if (!req)
-		return -ENOMEM;
-	err = client_submit(c, req, c->opts.timeout_ms, NULL, NULL, &req);
-	if (err)
-		return err;
-	drive_until_done(c, req);
-	err = req->status;
-	/* the counters after the base are read where the server sends them
-	 * (zero otherwise) */
-	if (!err && req->stat_n < KVS_STAT_BASE_N)
-		err = -KVS_EPROTO;
-	if (!err)
-		memcpy(v, req->stat, sizeof(v));
-	req_free(req);
-	if (!err)
-		client_stat_decode(v, out);
-	return err;
-}
-
-/* Adds one node's counters to a cluster's totals. */
-static void stat_add(struct kvs_client_stat *sum,
-		     const struct kvs_client_stat *s)
-{
-	struct kvs_store_stats *t = &sum->store;
-	const struct kvs_store_stats *n = &s->store;
-
-	t->dram.blocks += n->dram.blocks;
-	t->dram.bytes += n->dram.bytes;
-	t->dram.capacity += n->dram.capacity;
-	t->nvme.blocks += n->nvme.blocks;
-	t->nvme.bytes += n->nvme.bytes;
-	t->nvme.capacity += n->nvme.capacity;
-	t->hits += n->hits;
-	t->misses += n->misses;
-	t->dram_hits += n->dram_hits;
-	t->nvme_hits += n->nvme_hits;
-	t->promotions += n->promotions;
-	t->carried += n->carried;
-	t->lost_segments += n->lost_segments;
-	t->compactions += n->compactions;
-	t->evictions += n->evictions;
-	t->spills += n->spills;
-	t->corrupt_dropped += n->corrupt_dropped;
-	t->torn_dropped += n->torn_dropped;
-	t->segments += n->segments;
-	t->nvme_file_bytes += n->nvme_file_bytes;
-	t->direct_io |= n->direct_io;
-	t->hugepages |= n->hugepages;
-	t->registered |= n->registered;
-	sum->tails += s->tails;
-	sum->tail_bytes += s->tail_bytes;
-	sum->tails_expired += s->tails_expired;
-	sum->connections += s->connections;
-	if (s->uptime_s > sum->uptime_s)
-		sum->uptime_s = s->uptime_s;
-}
-
-int kvs_client_stat(struct kvs_client *c, struct kvs_client_stat *out)
-{
-	struct kvs_client_node *nodes;
-	size_t n;
-	int err, last = -KVS_ECONN;
-	bool any = false;
-
-	if (!c)
-		return -KVS_EPARAM;
-	if (!c->route)
-		return stat_one(c, out);
-	err = kvs_client_nodes(c, true, &nodes, &n);
-	if (err)
-		return err;
-	memset(out, 0, sizeof(*out));
-	for (size_t i = 0; i < n; i++) {
-		if (nodes[i].status) {
-			last = nodes[i].status;
-			continue;
-		}
-		stat_add(out, &nodes[i].stat);
-		any = true;
-	}
-	free(nodes);
-	return any ? 0 : last;
-}
-
-int kvs_client_nodes(struct kvs_client *c, bool ask,
-		     struct kvs_client_node **out, size_t *n)
-{
-	struct kvs_client_node *nodes;
-	struct kvs_client_req *req;
-	size_t count;
-	int err;
-
-	if (!c || !out || !n)
-		return -KVS_EPARAM;
-	if (!c->route) {
-		nodes = calloc(1, sizeof(*nodes));
-		if (!nodes)
-			return -ENOMEM;
-		snprintf(nodes->id, sizeof(nodes->id), "%s", c->address);
-		snprintf(nodes->address, sizeof(nodes->address), "%s",
-			 c->address);
-		nodes->status = ask ? stat_one(c, &nodes->stat) : 0;
-		nodes->capacity = nodes->stat.store.dram.capacity +
-				  nodes->stat.store.nvme.capacity;
-		*out = nodes;
-		*n = 1;
-		return 0;
-	}
-	err = route_members(c->route, &nodes, &count);
-	if (err)
-		return err;
-	for (size_t i = 0; !ask && i < count; i++)
-		nodes[i].status = 0;
-	if (ask && count) {
-		struct route_call rc = { .kind = ROUTE_STAT,
-					 .nodes = nodes,
-					 .n_nodes = count,
-					 .n = count };
-
-		err = route_submit(c, &rc, NULL, NULL, &req);
-		if (!err)
-			err = kvs_client_wait(req);
-	}
-	if (err) {
-		free(nodes);
-		return err;
-	}
-	*out = nodes;
-	*n = count;
 	return 0;
 }
 
@@ -1037,7 +258,7 @@ static int authenticate(struct kvs_client *c)
 			    &req);
 	if (err)
 		return err;
-	drive_until_done(c, req);
+	client_drive(c, req);
 	err = req->status;
 	b = req->hello;
 	memcpy(nonce, b, sizeof(nonce));
@@ -1089,6 +310,7 @@ int client_create(const struct kvs_client_opts *opts,
 	c->wake_fd = -1;
 	c->queue_tail = &c->queue;
 	c->deferred_tail = &c->deferred;
+	c->ops = cluster ? &client_cluster_ops : &client_direct_ops;
 	/* until the hello says otherwise: the hello and the proof */
 	c->conn.limits.max_inflight = 2;
 	c->conn.limits.max_batch = 1;
@@ -1198,7 +420,7 @@ int kvs_client_dup(struct kvs_client *c, struct kvs_client **out)
 {
 	struct kvs_client_opts opts;
 
-	if (!c || !out || c->route)
+	if (!c || !out || c->ops != &client_direct_ops)
 		return -KVS_EPARAM;
 	opts = c->opts;
 	opts.address = c->address;
@@ -1243,21 +465,7 @@ void kvs_client_close(struct kvs_client *c)
 		pthread_join(c->thread, NULL);
 	}
 	/* the thread is gone: this thread may touch UCX now */
-	if (c->route) {
-		for (int i = 0; !route_shutdown(c->route, i > 0) && i < 1000000;
-		     i++) {
-			ucp_worker_progress(c->ucx.worker);
-			run_deferred(c);
-		}
-		route_destroy(c->route);
-		c->route = NULL;
-	} else if (c->conn.ep || c->conn.closing) {
-		conn_fail(&c->conn, -KVS_ECONN);
-		for (int i = 0; c->conn.closing && i < 1000000; i++) {
-			ucp_worker_progress(c->ucx.worker);
-			conn_progress_close(&c->conn);
-		}
-	}
+	c->ops->destroy(c);
 	kvs_ucx_fini(&c->ucx);
 	if (c->wake_fd >= 0)
 		close(c->wake_fd);

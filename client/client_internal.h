@@ -135,43 +135,50 @@ struct kvs_client {
 	bool stopping;
 	uint64_t next_id;
 	struct kvs_client_counters counters;
-	/* a cluster client (kvs_client_connect_cluster), else NULL */
+	const struct client_ops *ops; /* one daemon, or a cluster */
+	/* a cluster client's members (kvs_client_connect_cluster), else NULL */
 	struct route *route;
 	/* finished requests with on_done (the progress thread's) */
 	struct kvs_client_req *deferred, **deferred_tail;
 };
 
-/* client.c: building requests (the public calls and cluster parts) */
+/* request.c: building requests (the direct calls and cluster parts) */
 struct kvs_client_req *req_new(uint16_t opcode, uint32_t count, size_t body_len,
 			       uint32_t flags);
 /* Keys as a request payload; 0 or -ENOMEM. */
 int req_keys_payload(struct kvs_client_req *req,
 		     const struct kvs_store_key *keys, size_t n);
+/* An EXISTS, GET or DELETE (@op) of @keys; 0 or -ENOMEM. */
+int req_keyed_new(uint16_t op, const struct kvs_store_key *keys, size_t n,
+		  struct kvs_client_req **out);
 /* A PUT of @n objects sent from the caller's memory. */
 int req_put_new(const uint8_t *const *objs, const size_t *lens, size_t n,
 		enum kvs_durability durability, struct kvs_client_req **out);
 int req_tail_put_new(const uint8_t *request_id, const uint8_t *tail, size_t len,
 		     uint32_t ttl_ms, struct kvs_client_req **out);
 struct kvs_client_req *req_tail_take_new(const uint8_t *request_id);
+/* Encodes @req's frame header (its id given). */
+void req_encode_header(struct kvs_client_req *req);
 /* Gives @req the next request id and encodes its frame header. */
 void req_seal(struct kvs_client *cl, struct kvs_client_req *req,
 	      uint64_t deadline_ns);
 /* Checks the objects a reply landed (misses for those that fail). */
 void req_verify(struct kvs_client_req *req);
 void req_free(struct kvs_client_req *req);
-/* Queues a request built by a public call; see kvs_client_*_async. */
+/* client.c: queues a request built for a call; see kvs_client_*_async. */
 int client_submit(struct kvs_client *c, struct kvs_client_req *req,
 		  uint32_t timeout_ms, kvs_client_cb cb, void *arg,
 		  struct kvs_client_req **req_out);
-/* A client with its worker (replies to conn_on_reply, or with @cluster
- * to route_on_reply), connected to nothing, with @tenant's key (NULL:
+/* A client with its worker (client_direct_ops, replies to
+ * conn_on_reply; or with @cluster client_cluster_ops and route_on_reply),
+ * connected to nothing, with @tenant's key (NULL:
  * opts->key_file's); 0 or the error (logged). */
 int client_create(const struct kvs_client_opts *opts,
 		  const struct kvs_server_tenant *tenant, bool cluster,
 		  struct kvs_client **out);
 /* Starts the progress thread. */
 int client_start(struct kvs_client *c);
-/* The STAT counters of a reply, decoded. */
+/* request.c: the STAT counters of a reply, decoded. */
 void client_stat_decode(const uint64_t *v, struct kvs_client_stat *out);
 
 /* conn.c (progress thread) */
@@ -195,25 +202,25 @@ ucs_status_t conn_on_reply(void *arg, const void *header, size_t header_len,
 			   void *data, size_t len,
 			   const ucp_am_recv_param_t *param);
 
-/* client.c: a request is finished (status set): wake or call back. */
+/* request.c: a request is finished (status set): wake or call back. */
 void req_complete(struct kvs_client_req *req);
 
-/* ---- a cluster client (nodes.c, route.c; progress thread) ---- */
+/* ---- the ops seam: one daemon or a cluster ---- */
 
-/* A call of a cluster client, as the public functions describe it. */
-enum route_kind {
-	ROUTE_GET,
-	ROUTE_EXISTS,
-	ROUTE_LOOKUP,
-	ROUTE_PUT,
-	ROUTE_DELETE,
-	ROUTE_TAIL_PUT,
-	ROUTE_TAIL_TAKE,
-	ROUTE_STAT,
+/* A call, as the public functions (calls.c) describe it. */
+enum client_call_kind {
+	CALL_GET,
+	CALL_EXISTS,
+	CALL_LOOKUP,
+	CALL_PUT,
+	CALL_DELETE,
+	CALL_TAIL_PUT,
+	CALL_TAIL_TAKE,
+	CALL_STAT, /* a cluster's, of its members (the nodes op) */
 };
 
-struct route_call {
-	enum route_kind kind;
+struct client_call {
+	enum client_call_kind kind;
 	const struct kvs_store_key *keys;
 	size_t n;
 	void *const *bufs;
@@ -241,9 +248,52 @@ struct route_call {
 	size_t n_nodes;
 };
 
+/*
+ * The shape of a client: what the calls (calls.c) and the progress
+ * thread (client.c) do through it, and nothing else of a client knows
+ * whether it talks to one daemon (client_direct_ops, direct.c) or to the
+ * members of a cluster (client_cluster_ops, route.c and nodes.c).
+ */
+struct client_ops {
+	/* Queues @call, checked against the client's limits (any thread;
+	 * the caller's handle or callback as for the *_async calls). */
+	int (*submit)(struct kvs_client *c, const struct client_call *call,
+		      kvs_client_cb cb, void *arg,
+		      struct kvs_client_req **req_out);
+	/* Starts @queued, the requests taken off the queue in order
+	 * (progress thread, as the rest but nodes). */
+	void (*start)(struct kvs_client *c, struct kvs_client_req *queued);
+	/* Its own work after UCX's progress (closes, deadlines when @check,
+	 * the member view); true if it did something. */
+	bool (*progress)(struct kvs_client *c, uint64_t now, bool check);
+	/* Whether anything is in flight or closing (then busy-poll). */
+	bool (*busy)(struct kvs_client *c);
+	/* Closes (the client stops); true once everything is idle.  @late:
+	 * past the connect timeout, closes the peer never answers are left
+	 * to the worker's destruction. */
+	bool (*stop)(struct kvs_client *c, bool late);
+	/* In kvs_client_close, the thread gone: closes what is left. */
+	void (*destroy)(struct kvs_client *c);
+	/* kvs_client_nodes (any thread). */
+	int (*nodes)(struct kvs_client *c, bool ask,
+		     struct kvs_client_node **out, size_t *n);
+};
+
+extern const struct client_ops client_direct_ops;
+extern const struct client_ops client_cluster_ops;
+
+/* client.c: runs the on_done of requests finished during the last UCX
+ * progress; true if it ran any (progress thread). */
+bool client_run_deferred(struct kvs_client *cl);
+/* client.c: drives UCX (or lets another thread do it) until @req is
+ * done. */
+void client_drive(struct kvs_client *cl, struct kvs_client_req *req);
+
+/* ---- a cluster client (nodes.c, route.c; progress thread) ---- */
+
 /* route.c: queues a cluster call (the caller's handle or callback as
  * for the *_async calls). */
-int route_submit(struct kvs_client *c, const struct route_call *call,
+int route_submit(struct kvs_client *c, const struct client_call *call,
 		 kvs_client_cb cb, void *arg, struct kvs_client_req **req_out);
 /* route.c: starts a queued call (progress thread). */
 void route_start(struct route *rt, struct kvs_client_req *req);

@@ -585,6 +585,92 @@ void route_destroy(struct route *rt)
 	free(rt);
 }
 
+/* ---- the ops of a cluster client ------------------------------------ */
+
+static void cluster_start(struct kvs_client *c, struct kvs_client_req *q)
+{
+	struct kvs_client_req *next;
+
+	for (; q; q = next) {
+		next = q->next;
+		q->next = NULL;
+		route_start(c->route, q);
+	}
+}
+
+static bool cluster_progress(struct kvs_client *c, uint64_t now, bool check)
+{
+	bool moved = client_run_deferred(c);
+
+	moved |= route_progress(c->route, now, check);
+	moved |= client_run_deferred(c);
+	return moved;
+}
+
+static bool cluster_busy(struct kvs_client *c)
+{
+	return route_busy(c->route) || c->deferred;
+}
+
+static bool cluster_stop(struct kvs_client *c, bool late)
+{
+	return route_shutdown(c->route, late);
+}
+
+static void cluster_destroy(struct kvs_client *c)
+{
+	if (!c->route)
+		return;
+	for (int i = 0; !route_shutdown(c->route, i > 0) && i < 1000000; i++) {
+		ucp_worker_progress(c->ucx.worker);
+		client_run_deferred(c);
+	}
+	route_destroy(c->route);
+	c->route = NULL;
+}
+
+/* The members of the current view; with @ask, each one's STAT. */
+static int cluster_nodes(struct kvs_client *c, bool ask,
+			 struct kvs_client_node **out, size_t *n)
+{
+	struct kvs_client_node *nodes;
+	struct kvs_client_req *req;
+	size_t count;
+	int err = route_members(c->route, &nodes, &count);
+
+	if (err)
+		return err;
+	for (size_t i = 0; !ask && i < count; i++)
+		nodes[i].status = 0;
+	if (ask && count) {
+		struct client_call call = { .kind = CALL_STAT,
+					    .nodes = nodes,
+					    .n_nodes = count,
+					    .n = count };
+
+		err = route_submit(c, &call, NULL, NULL, &req);
+		if (!err)
+			err = kvs_client_wait(req);
+	}
+	if (err) {
+		free(nodes);
+		return err;
+	}
+	*out = nodes;
+	*n = count;
+	return 0;
+}
+
+const struct client_ops client_cluster_ops = {
+	.submit = route_submit,
+	.start = cluster_start,
+	.progress = cluster_progress,
+	.busy = cluster_busy,
+	.stop = cluster_stop,
+	.destroy = cluster_destroy,
+	.nodes = cluster_nodes,
+};
+
 /* ---- replies ---------------------------------------------------------- */
 
 ucs_status_t route_on_reply(void *arg, const void *header, size_t header_len,

@@ -1,5 +1,7 @@
 /*
- * route.c - a cluster client's calls (client_internal.h, route_call).
+ * route.c - a cluster client's calls (client_internal.h, client_call):
+ * submit, start, rounds and the end of a call; route_answer.c takes the
+ * answers and repairs.
  *
  * A call becomes a struct route_op, started on the progress thread with
  * the members of that moment (route_start).  Each item -- a block key,
@@ -45,31 +47,29 @@
 
 #define NO_NODE 0xffffu
 
-static void op_advance(struct route_op *op);
-
 static const struct kvs_store_key *op_key(const struct route_op *op, size_t i)
 {
 	switch (op->call.kind) {
-	case ROUTE_LOOKUP:
-	case ROUTE_PUT:
+	case CALL_LOOKUP:
+	case CALL_PUT:
 		return &op->keys[i];
-	case ROUTE_TAIL_PUT:
-	case ROUTE_TAIL_TAKE:
+	case CALL_TAIL_PUT:
+	case CALL_TAIL_TAKE:
 		return &op->tail_key;
 	default:
 		return &op->call.keys[i];
 	}
 }
 
-static bool single_target(enum route_kind kind)
+static bool single_target(enum client_call_kind kind)
 {
-	return kind == ROUTE_GET || kind == ROUTE_EXISTS ||
-	       kind == ROUTE_LOOKUP || kind == ROUTE_TAIL_TAKE;
+	return kind == CALL_GET || kind == CALL_EXISTS || kind == CALL_LOOKUP ||
+	       kind == CALL_TAIL_TAKE;
 }
 
-static bool everywhere(enum route_kind kind)
+static bool everywhere(enum client_call_kind kind)
 {
-	return kind == ROUTE_DELETE || kind == ROUTE_STAT;
+	return kind == CALL_DELETE || kind == CALL_STAT;
 }
 
 /* ---- submit and start ------------------------------------------------ */
@@ -88,7 +88,7 @@ static void op_free(struct route_op *op)
 	free(op);
 }
 
-int route_submit(struct kvs_client *c, const struct route_call *call,
+int route_submit(struct kvs_client *c, const struct client_call *call,
 		 kvs_client_cb cb, void *arg, struct kvs_client_req **req_out)
 {
 	struct route *rt = c->route;
@@ -101,13 +101,13 @@ int route_submit(struct kvs_client *c, const struct route_call *call,
 	op->rt = rt;
 	op->call = *call;
 	op->replicas = call->replicas ? call->replicas : rt->opts.replicas;
-	if (call->kind == ROUTE_TAIL_PUT || call->kind == ROUTE_TAIL_TAKE) {
+	if (call->kind == CALL_TAIL_PUT || call->kind == CALL_TAIL_TAKE) {
 		/* a tail lives on one node, placed by its request id */
 		op->replicas = 1;
 		memcpy(op->tail_key.span_id, call->request_id, KVS_ID_SIZE);
 		op->tail_key.layer = UINT32_MAX;
 	}
-	if (call->kind == ROUTE_LOOKUP) {
+	if (call->kind == CALL_LOOKUP) {
 		if (call->n_spans * call->n_layers > ROUTE_LOOKUP_MAX) {
 			free(op);
 			free(req);
@@ -130,7 +130,7 @@ int route_submit(struct kvs_client *c, const struct route_call *call,
 	op->items = calloc(n ? n : 1, sizeof(*op->items));
 	if (!op->items)
 		goto nomem;
-	if (call->kind == ROUTE_PUT) {
+	if (call->kind == CALL_PUT) {
 		/* placed by the id in each block's header */
 		op->keys = calloc(n, sizeof(*op->keys));
 		if (!op->keys)
@@ -253,7 +253,7 @@ void route_start(struct route *rt, struct kvs_client_req *req)
 
 	rt->ops++;
 	/* a stat lists the members of the latest view (route_members) */
-	route_refresh(rt, op->call.kind == ROUTE_STAT);
+	route_refresh(rt, op->call.kind == CALL_STAT);
 	op->members = kvs_cluster_members_ref(rt->members);
 	n = op->n_nodes = kvs_cluster_members_count(op->members);
 	op->nodes = calloc(n ? n : 1, sizeof(*op->nodes));
@@ -261,7 +261,7 @@ void route_start(struct route *rt, struct kvs_client_req *req)
 	if (!op->nodes || !op->need) {
 		op->n_nodes = 0;
 		op->fail = -ENOMEM;
-		op_advance(op);
+		route_op_advance(op);
 		return;
 	}
 	op->down = op->need + n;
@@ -269,21 +269,21 @@ void route_start(struct route *rt, struct kvs_client_req *req)
 		op->nodes[j] = rt->by_index[j];
 		op->nodes[j]->users++;
 	}
-	if (op->call.kind == ROUTE_STAT)
+	if (op->call.kind == CALL_STAT)
 		stat_targets(op);
 	for (size_t i = 0; i < op->n_items; i++) {
 		struct route_item *it = &op->items[i];
 
-		if (op->call.kind != ROUTE_STAT && !everywhere(op->call.kind) &&
+		if (op->call.kind != CALL_STAT && !everywhere(op->call.kind) &&
 		    !it->done)
 			candidates(op, i);
 		for (size_t q = 0; q < it->n_cand; q++)
 			if (it->cand[q] != NO_NODE)
 				op->need[it->cand[q]] = true;
 	}
-	if (op->call.kind == ROUTE_DELETE)
+	if (op->call.kind == CALL_DELETE)
 		memset(op->need, 1, n);
-	op_advance(op);
+	route_op_advance(op);
 }
 
 void route_unpark(struct route *rt, uint64_t now)
@@ -306,7 +306,7 @@ void route_unpark(struct route *rt, uint64_t now)
 		struct route_op *op = ready;
 
 		ready = op->next_parked;
-		op_advance(op);
+		route_op_advance(op);
 	}
 }
 
@@ -317,40 +317,38 @@ void route_fail_parked(struct route *rt)
 
 /* ---- finishing ------------------------------------------------------- */
 
-static void repair(struct route_op *op);
-
 static void op_finish(struct route_op *op)
 {
 	struct route *rt = op->rt;
 	struct kvs_client_req *req = op->req;
-	const struct route_call *c = &op->call;
+	const struct client_call *c = &op->call;
 	int status = op->any_answer ? 0 : op->fail ? op->fail : -KVS_ECONN;
 
 	for (size_t i = 0; i < op->n_items; i++) {
 		struct route_item *it = &op->items[i];
 
 		switch (c->kind) {
-		case ROUTE_GET:
+		case CALL_GET:
 			c->results[i] = it->result;
 			if (it->result && it->result != -ENOSPC)
 				c->lens[i] = 0;
 			break;
-		case ROUTE_EXISTS:
+		case CALL_EXISTS:
 			c->present[i] = it->present;
 			break;
-		case ROUTE_PUT:
-		case ROUTE_DELETE:
+		case CALL_PUT:
+		case CALL_DELETE:
 			c->results[i] = it->result;
 			break;
-		case ROUTE_TAIL_PUT:
-		case ROUTE_TAIL_TAKE:
+		case CALL_TAIL_PUT:
+		case CALL_TAIL_TAKE:
 			status = it->result;
 			break;
 		default:
 			break;
 		}
 	}
-	if (c->kind == ROUTE_LOOKUP) {
+	if (c->kind == CALL_LOOKUP) {
 		size_t prefix = 0;
 
 		while (prefix < c->n_spans) {
@@ -365,10 +363,10 @@ static void op_finish(struct route_op *op)
 		}
 		*c->prefix = prefix;
 	}
-	if (c->kind == ROUTE_STAT)
+	if (c->kind == CALL_STAT)
 		status = 0;
-	if (c->kind == ROUTE_GET && rt->opts.repair_replicas && !rt->shutting)
-		repair(op);
+	if (c->kind == CALL_GET && rt->opts.repair_replicas && !rt->shutting)
+		route_repair(op);
 	req->status = status;
 	req->op = NULL;
 	rt->ops--;
@@ -444,20 +442,20 @@ static void item_end(struct route_op *op, struct route_item *it)
 
 	it->done = true;
 	switch (op->call.kind) {
-	case ROUTE_PUT:
-	case ROUTE_TAIL_PUT:
+	case CALL_PUT:
+	case CALL_TAIL_PUT:
 		it->result = it->stored ? 0 : it->refused ? it->refused : none;
 		if (it->stored && it->stored < op->replicas)
 			__atomic_fetch_add(
 				&op->rt->cl->counters.under_replicated, 1,
 				__ATOMIC_RELAXED);
 		break;
-	case ROUTE_DELETE:
+	case CALL_DELETE:
 		/* result: 0 once a node deleted it, else a node's error */
 		if (!it->present && !it->result)
 			it->result = it->answered ? -KVS_ENOTFOUND : none;
 		break;
-	case ROUTE_STAT:
+	case CALL_STAT:
 		break;
 	default:
 		if (!it->present && it->result != -ENOSPC)
@@ -514,10 +512,10 @@ static size_t probes(struct route_op *op, const struct route_item *it,
 /* This round's targets of every unfinished item; returns how many. */
 static size_t plan(struct route_op *op, struct target *t)
 {
-	enum route_kind kind = op->call.kind;
+	enum client_call_kind kind = op->call.kind;
 	size_t n = 0;
 
-	if (kind == ROUTE_LOOKUP)
+	if (kind == CALL_LOOKUP)
 		lookup_bound(op);
 	for (size_t i = 0; i < op->n_items; i++) {
 		struct route_item *it = &op->items[i];
@@ -534,7 +532,7 @@ static size_t plan(struct route_op *op, struct target *t)
 			}
 			t[n++] = (struct target){ node, pos, false,
 						  (uint32_t)i };
-			if (kind == ROUTE_GET && op->rounds == 0 &&
+			if (kind == CALL_GET && op->rounds == 0 &&
 			    op->rt->opts.repair_replicas)
 				n += probes(op, it, pos, (uint32_t)i, t + n);
 			continue;
@@ -543,9 +541,8 @@ static size_t plan(struct route_op *op, struct target *t)
 			/* one round, to every member (stat: its own node) */
 			for (size_t j = 0; it->pos == 0 && j < op->n_nodes;
 			     j++) {
-				bool mine = kind == ROUTE_STAT
-						    ? it->cand[0] == j
-						    : !op->down[j];
+				bool mine = kind == CALL_STAT ? it->cand[0] == j
+							      : !op->down[j];
 
 				if (mine)
 					t[n++] = (struct target){ (uint16_t)j,
@@ -573,8 +570,6 @@ static size_t plan(struct route_op *op, struct target *t)
 	}
 	return n;
 }
-
-static void part_done(struct kvs_client_req *part);
 
 /* Counting sort of the targets by node, a node's probes after its
  * reads. */
@@ -607,11 +602,11 @@ static size_t part_size(const struct route_op *op, const struct kvs_node *node,
 	size_t n = 0, max = node->limits.max_batch;
 	uint64_t bytes = 0;
 
-	if (op->call.kind == ROUTE_STAT || op->call.kind == ROUTE_TAIL_PUT ||
-	    op->call.kind == ROUTE_TAIL_TAKE)
+	if (op->call.kind == CALL_STAT || op->call.kind == CALL_TAIL_PUT ||
+	    op->call.kind == CALL_TAIL_TAKE)
 		return 1;
 	while (at + n < end && n < max && t[at + n].probe == t[at].probe) {
-		if (op->call.kind == ROUTE_PUT) {
+		if (op->call.kind == CALL_PUT) {
 			size_t len = op->call.obj_lens[t[at + n].item];
 
 			if (n && bytes + len > node->limits.max_payload)
@@ -627,7 +622,7 @@ static size_t part_size(const struct route_op *op, const struct kvs_node *node,
 static struct kvs_client_req *part_new(struct route_op *op,
 				       const struct target *t, size_t n)
 {
-	const struct route_call *c = &op->call;
+	const struct client_call *c = &op->call;
 	struct kvs_client_req *part = NULL;
 	/* the part's arrays in one block, by decreasing alignment */
 	char *mem = calloc(
@@ -650,31 +645,31 @@ static struct kvs_client_req *part_new(struct route_op *op,
 		uint32_t i = t[k].item;
 
 		items[k] = i;
-		if (c->kind == ROUTE_STAT || c->kind == ROUTE_TAIL_PUT ||
-		    c->kind == ROUTE_TAIL_TAKE)
+		if (c->kind == CALL_STAT || c->kind == CALL_TAIL_PUT ||
+		    c->kind == CALL_TAIL_TAKE)
 			continue;
-		if (c->kind == ROUTE_PUT) {
+		if (c->kind == CALL_PUT) {
 			objs[k] = c->objs[i];
 			lens[k] = c->obj_lens[i];
 			continue;
 		}
 		keys[k] = *op_key(op, i);
-		if (c->kind == ROUTE_GET) {
+		if (c->kind == CALL_GET) {
 			bufs[k] = c->bufs[i];
 			caps[k] = c->caps[i];
 		}
 	}
 	switch (c->kind) {
-	case ROUTE_PUT:
+	case CALL_PUT:
 		if (req_put_new(objs, lens, n, c->durability, &part))
 			part = NULL;
 		break;
-	case ROUTE_TAIL_PUT:
+	case CALL_TAIL_PUT:
 		if (req_tail_put_new(c->request_id, c->tail, c->tail_len,
 				     c->ttl_ms, &part))
 			part = NULL;
 		break;
-	case ROUTE_TAIL_TAKE:
+	case CALL_TAIL_TAKE:
 		part = req_tail_take_new(c->request_id);
 		if (part) {
 			part->tail_buf = c->tail_buf;
@@ -682,13 +677,13 @@ static struct kvs_client_req *part_new(struct route_op *op,
 			part->tail_len = c->tail_out;
 		}
 		break;
-	case ROUTE_STAT:
+	case CALL_STAT:
 		part = req_new(KVS_OP_STAT, 0, 0, 0);
 		break;
 	default:
-		op_code = c->kind == ROUTE_GET && !t[0].probe ? KVS_OP_GET
-			  : c->kind == ROUTE_DELETE	      ? KVS_OP_DELETE
-							      : KVS_OP_EXISTS;
+		op_code = c->kind == CALL_GET && !t[0].probe ? KVS_OP_GET
+			  : c->kind == CALL_DELETE	     ? KVS_OP_DELETE
+							     : KVS_OP_EXISTS;
 		part = req_new(op_code, (uint32_t)n, 0, 0);
 		if (part && req_keys_payload(part, keys, n)) {
 			req_free(part);
@@ -708,7 +703,7 @@ static struct kvs_client_req *part_new(struct route_op *op,
 	part->lens = lens;
 	part->results = results;
 	part->present = present;
-	part->on_done = part_done;
+	part->on_done = route_part_done;
 	part->owner = op;
 	return part;
 }
@@ -763,7 +758,7 @@ static bool send_round(struct route_op *op, struct target *t, size_t n)
 	return op->outstanding > 0;
 }
 
-static void op_advance(struct route_op *op)
+void route_op_advance(struct route_op *op)
 {
 	struct target *t;
 	size_t n, per_item;
@@ -788,19 +783,19 @@ static void op_advance(struct route_op *op)
 	if (wait_for_limits(op))
 		return;
 	for (size_t j = 0; j < op->n_nodes; j++)
-		op->down[j] = op->call.kind != ROUTE_STAT &&
+		op->down[j] = op->call.kind != CALL_STAT &&
 			      (!op->nodes[j]->limits_known ||
 			       kvs_cluster_backoff_is_down(op->rt->backoff,
 							   op->nodes[j]->id));
 	/* targets an item may have in one round */
-	per_item = op->call.kind == ROUTE_DELETE ? op->n_nodes
-		   : op->call.kind == ROUTE_PUT || op->call.kind == ROUTE_GET
+	per_item = op->call.kind == CALL_DELETE ? op->n_nodes
+		   : op->call.kind == CALL_PUT || op->call.kind == CALL_GET
 			   ? op->replicas
 			   : 1;
 	t = malloc((op->n_items * per_item + 1) * sizeof(*t));
 	if (!t) {
 		op->fail = -ENOMEM;
-		op_advance(op);
+		route_op_advance(op);
 		return;
 	}
 	n = plan(op, t);
@@ -811,210 +806,4 @@ static void op_advance(struct route_op *op)
 		return;
 	}
 	free(t);
-}
-
-/* ---- answers --------------------------------------------------------- */
-
-static bool node_failure(int status)
-{
-	return status == -KVS_ECONN || status == -KVS_ETIMEDOUT ||
-	       status == -ECANCELED || status == -KVS_EAUTH ||
-	       status == -KVS_ECONNLIMIT || status == -KVS_EPROTO ||
-	       status == -EIO;
-}
-
-/* The answer of node @j about item @i (r: its per-item status). */
-static void answer(struct route_op *op, struct kvs_client_req *part, size_t k,
-		   int r)
-{
-	struct route_item *it = &op->items[part->items[k]];
-	size_t i = part->items[k];
-	const struct route_call *c = &op->call;
-	uint8_t pos = 0;
-
-	for (uint8_t q = 0; q < it->n_cand; q++)
-		if (it->cand[q] == part->part_node)
-			pos = q;
-	it->attempts++;
-	it->answered = true;
-	op->any_answer = true;
-	switch (c->kind) {
-	case ROUTE_GET:
-	case ROUTE_TAIL_TAKE:
-		if (r == 0 || r == -ENOSPC) {
-			it->result = r;
-			if (c->kind == ROUTE_GET)
-				c->lens[i] = part->lens[k];
-			it->present = r == 0;
-			it->done = true;
-			if (it->attempts > 1)
-				__atomic_fetch_add(
-					&op->rt->cl->counters.fallbacks, 1,
-					__ATOMIC_RELAXED);
-			return;
-		}
-		break;
-	case ROUTE_EXISTS:
-	case ROUTE_LOOKUP:
-		if (part->present[k]) {
-			it->present = true;
-			it->done = true;
-			return;
-		}
-		break;
-	case ROUTE_PUT:
-	case ROUTE_TAIL_PUT:
-		if (r == 0)
-			it->stored++;
-		else if (r == -ENOSPC)
-			it->fail = r; /* that node is full: the next one */
-		else
-			it->refused = r; /* the node refused the object */
-		if (r == 0 && pos >= op->replicas)
-			__atomic_fetch_add(&op->rt->cl->counters.fallbacks, 1,
-					   __ATOMIC_RELAXED);
-		return;
-	case ROUTE_DELETE:
-		if (r == 0)
-			it->result = 0, it->present = true;
-		else if (r != -KVS_ENOTFOUND && !it->present)
-			it->result = r;
-		return;
-	case ROUTE_STAT:
-		return;
-	}
-	/* a read that missed on this node */
-	if (pos < it->n_cur) {
-		it->answered_cur++;
-		it->missed |= 1u << pos;
-	} else {
-		it->answered_prev++;
-	}
-}
-
-/* Read repair's probes: the members that lack an item. */
-static void probe_answer(struct route_op *op, struct kvs_client_req *part)
-{
-	for (uint32_t k = 0; part->status == 0 && k < part->count; k++) {
-		struct route_item *it = &op->items[part->items[k]];
-
-		for (uint8_t q = 0; q < it->n_cur; q++)
-			if (it->cand[q] == part->part_node && !part->present[k])
-				it->missed |= 1u << q;
-	}
-}
-
-static void stat_answer(struct route_op *op, struct kvs_client_req *part)
-{
-	struct kvs_client_node *out = &op->call.nodes[part->items[0]];
-
-	out->status = part->status;
-	if (!out->status && part->stat_n < KVS_STAT_BASE_N)
-		out->status = -KVS_EPROTO;
-	if (!out->status)
-		client_stat_decode(part->stat, &out->stat);
-}
-
-static void part_done(struct kvs_client_req *part)
-{
-	struct route_op *op = part->owner;
-	bool tail = op->call.kind == ROUTE_TAIL_PUT ||
-		    op->call.kind == ROUTE_TAIL_TAKE;
-	/* a tail's part has one item (its count is the wire's) */
-	uint32_t n = tail ? 1 : part->count;
-	int status;
-
-	if (op->call.kind == ROUTE_GET || op->call.kind == ROUTE_TAIL_TAKE)
-		req_verify(part);
-	status = part->status;
-	if (op->call.kind == ROUTE_STAT) {
-		stat_answer(op, part);
-	} else if (op->call.kind == ROUTE_GET &&
-		   part->opcode == KVS_OP_EXISTS) {
-		probe_answer(op, part);
-	} else if (status == 0 ||
-		   (tail && (status == -KVS_ENOTFOUND || status == -ENOSPC))) {
-		for (uint32_t k = 0; k < n; k++)
-			answer(op, part, k, tail ? status : part->results[k]);
-	} else {
-		/* the node failed, or refused the whole request */
-		for (uint32_t k = 0; k < n; k++) {
-			struct route_item *it = &op->items[part->items[k]];
-
-			it->attempts++;
-			if (node_failure(status)) {
-				it->fail = status;
-				op->fail = status;
-			} else if (op->call.kind == ROUTE_PUT ||
-				   op->call.kind == ROUTE_TAIL_PUT) {
-				it->refused = status;
-			} else {
-				it->fail = status;
-			}
-		}
-	}
-	req_free(part);
-	op->outstanding--;
-	op_advance(op);
-}
-
-/* ---- read repair ----------------------------------------------------- */
-
-static void repair_done(struct kvs_client_req *part)
-{
-	uint64_t ok = 0;
-
-	for (uint32_t k = 0; part->status == 0 && k < part->count; k++)
-		ok += part->results[k] == 0;
-	__atomic_fetch_add(&part->cl->counters.repairs, ok, __ATOMIC_RELAXED);
-	free(part->owner); /* the copies */
-	req_free(part);
-}
-
-/* Puts each block found back to the current candidates that answered
- * 'miss' before it (one part per node and block: rare, and small). */
-static void repair(struct route_op *op)
-{
-	const struct route_call *c = &op->call;
-	uint64_t deadline =
-		kvs_now_ns() +
-		(uint64_t)route_node_timeout_ms(op->rt) * 1000000ull;
-
-	for (size_t i = 0; i < op->n_items; i++) {
-		struct route_item *it = &op->items[i];
-
-		if (it->result || !it->missed)
-			continue;
-		for (uint8_t p = 0; p < it->n_cur; p++) {
-			struct kvs_node *node = op->nodes[it->cand[p]];
-			struct kvs_client_req *part;
-			uint8_t *copy;
-			const uint8_t *obj;
-
-			if (!(it->missed & 1u << p) ||
-			    c->lens[i] > node->limits.max_object)
-				continue;
-			copy = malloc(c->lens[i]);
-			if (!copy)
-				return;
-			memcpy(copy, c->bufs[i], c->lens[i]);
-			obj = copy;
-			if (req_put_new(&obj, &c->lens[i], 1,
-					KVS_DURABILITY_MEMORY, &part)) {
-				free(copy);
-				return;
-			}
-			part->results = calloc(1, sizeof(int));
-			part->part_mem = part->results;
-			if (!part->results) {
-				free(copy);
-				req_free(part);
-				return;
-			}
-			part->owner = copy;
-			part->on_done = repair_done;
-			req_seal(op->rt->cl, part, deadline);
-			node_send(op->rt, node, part);
-		}
-	}
 }

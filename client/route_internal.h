@@ -71,7 +71,7 @@ struct route_item {
 struct route_op {
 	struct route *rt;
 	struct kvs_client_req *req; /* the caller's handle */
-	struct route_call call;
+	struct client_call call;
 	unsigned replicas;
 	struct kvs_cluster_members *members;
 	struct kvs_node **nodes; /* members' nodes, held */
@@ -107,5 +107,12 @@ uint32_t route_node_timeout_ms(const struct route *rt);
 void route_unpark(struct route *rt, uint64_t now);
 /* Ends every call not yet started or parked (the client stops). */
 void route_fail_parked(struct route *rt);
+
+/* route.c: starts the call's next round, or ends it. */
+void route_op_advance(struct route_op *op);
+/* route_answer.c: the on_done of a call's part (progress thread). */
+void route_part_done(struct kvs_client_req *part);
+/* route_answer.c: puts a block a get found back where it was missed. */
+void route_repair(struct route_op *op);
 
 #endif

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "kvstash/error.h"
-#include "kvstash/kvformat.h"
 
 static const char *const kvs_error_names[] = {
 	[KVS_EPARAM - KVS_ERROR_BASE] = "invalid parameter",
@@ -57,34 +56,4 @@ const char *kvs_strerror(int err)
 	if (err < KVS_ERROR_BASE)
 		return strerror(err);
 	return "unknown kvstash error";
-}
-
-const char *kvs_check_name(int err)
-{
-	switch (err < 0 ? -err : err) {
-	case 0:
-		return "ok";
-	case KVS_ETRUNC:
-		return "length";
-	case KVS_EMAGIC:
-		return "magic";
-	case KVS_EVERSION:
-		return "version";
-	case KVS_EHDRSUM:
-		return "header checksum";
-	case KVS_ECORRUPT:
-		return "header fields";
-	case KVS_EBOUNDS:
-		return "section bounds";
-	case KVS_ESECTSUM:
-		return "section checksum";
-	case KVS_ELZ4:
-		return "lz4 length";
-	case KVS_EMETA:
-		return "finite metadata";
-	case KVS_EKIND:
-		return "object kind";
-	default:
-		return "other";
-	}
 }

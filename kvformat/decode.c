@@ -469,3 +469,34 @@ out_free:
 	free(o);
 	return rc;
 }
+
+/* The check an object failed, by its error (kvformat.h). */
+const char *kvs_check_name(int err)
+{
+	switch (err < 0 ? -err : err) {
+	case 0:
+		return "ok";
+	case KVS_ETRUNC:
+		return "length";
+	case KVS_EMAGIC:
+		return "magic";
+	case KVS_EVERSION:
+		return "version";
+	case KVS_EHDRSUM:
+		return "header checksum";
+	case KVS_ECORRUPT:
+		return "header fields";
+	case KVS_EBOUNDS:
+		return "section bounds";
+	case KVS_ESECTSUM:
+		return "section checksum";
+	case KVS_ELZ4:
+		return "lz4 length";
+	case KVS_EMETA:
+		return "finite metadata";
+	case KVS_EKIND:
+		return "object kind";
+	default:
+		return "other";
+	}
+}

@@ -125,6 +125,16 @@ struct kvs_seq *kvs_batch_seq(const struct kvs_batch *b, uint32_t i)
 	return b && i < b->n ? b->seqs[i] : NULL;
 }
 
+/* @len after one more token: the stream's residual rule. */
+static struct rt_len after_step(const struct rt_len *len, uint32_t R)
+{
+	struct kvs_lengths l = { len->tokens, len->k_quant, len->v_quant };
+	struct kvs_trace_row row;
+
+	kvs_lengths_advance(&l, R, KVS_ORDER_KIVI, &row);
+	return (struct rt_len){ l.tokens, l.k_quant, l.v_quant };
+}
+
 /*
  * One decode step of @layer for slots [first, first + count): the seals
  * it makes are planned from the host mirror, their pages taken, then the
@@ -158,7 +168,7 @@ static int step_range(struct kvs_batch *b, uint32_t first, uint32_t count,
 				first + i, rt->cfg.max_tokens);
 			return -KVS_EPARAM;
 		}
-		if (len->tokens + 1 - len->k_quant == R)
+		if (after_step(len, R).k_quant != len->k_quant)
 			b->which[seals++] = (int32_t)i;
 		if (len->tokens + 1 > max_tokens)
 			max_tokens = len->tokens + 1;
@@ -197,14 +207,11 @@ static int step_range(struct kvs_batch *b, uint32_t first, uint32_t count,
 
 		ly->pages[span] = b->pages[i];
 		ly->origin[span] = RT_PAGE_SEALED;
-		ly->len.k_quant += R;
 	}
 	for (i = 0; i < count; i++) {
 		struct rt_len *len = &b->seqs[first + i]->layer[layer].len;
 
-		len->tokens++;
-		if (len->tokens - len->v_quant > R)
-			len->v_quant++;
+		*len = after_step(len, R);
 	}
 	if (seals)
 		rt_count(rt, &rt->stats.sealed, seals);
@@ -242,12 +249,16 @@ static int prefill_direct(struct kvs_seq *seq, uint32_t layer, const void *k,
 	struct rt_layer *ly = &seq->layer[layer];
 	uint32_t R = rt->cfg.shape.residual, S = rt->cfg.shape.span;
 	uint32_t T0 = ly->len.tokens, T = T0 + n, i;
-	uint32_t k_quant = T - T % R, r_v = T < R ? T : R;
-	uint32_t blocks = (k_quant - T0) / R;
+	struct kvs_lengths after;
+	uint32_t k_quant, r_v, blocks;
 	struct rt_dev_len dev;
 	int32_t *pages = NULL;
 	int err;
 
+	kvs_lengths_after(T, R, &after);
+	k_quant = after.k_quant;
+	r_v = T - after.v_quant;
+	blocks = (k_quant - T0) / R;
 	err = rt_pool_take_array(rt, blocks, &pages);
 	if (err)
 		return err;

@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "kvstash/log.h"
-#include "store_internal.h"
+#include "disk.h"
 
 #define LOCK_POLL_MS 20
 

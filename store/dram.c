@@ -13,7 +13,9 @@
 #include <sys/mman.h>
 
 #include "kvstash/log.h"
-#include "store_internal.h"
+#include "common/bytes.h"
+#include "dram.h"
+#include "kvstash/store.h"
 
 #define NONE UINT32_MAX
 #define SLAB_MAX (4u << 20)

@@ -41,7 +41,7 @@
 #include <xxhash.h>
 
 #include "common/bytes.h"
-#include "store_internal.h"
+#include "disk.h"
 
 #define SB_MAGIC 0x45524f5453535653ull /* "KVSSTORE" */
 #define SEG_MAGIC 0x313047455353564bull /* "KVSSEG01" */

@@ -10,7 +10,7 @@
 
 #include <xxhash.h>
 
-#include "store_internal.h"
+#include "index.h"
 
 static uint64_t key_hash(const struct kvs_store_key *key)
 {

@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "kvstash/log.h"
-#include "store_internal.h"
+#include "disk.h"
 
 static bool page_zero(const uint8_t *p)
 {

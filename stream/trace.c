@@ -97,3 +97,11 @@ int kvs_trace(uint32_t residual, uint32_t group, enum kvs_order order,
 		kvs_lengths_advance(&len, residual, order, &rows[i]);
 	return 0;
 }
+
+void kvs_lengths_after(uint32_t tokens, uint32_t residual,
+		       struct kvs_lengths *out)
+{
+	out->tokens = tokens;
+	out->k_quant = tokens - tokens % residual;
+	out->v_quant = tokens > residual ? tokens - residual : 0;
+}

@@ -52,6 +52,30 @@ struct kvs_trace_row {
 int kvs_trace(uint32_t residual, uint32_t group, enum kvs_order order,
 	      uint32_t steps, struct kvs_trace_row *rows);
 
+/* The persisted lengths of a stream: tokens seen, Keys and Values in the
+ * history (the rest in the residuals). */
+struct kvs_lengths {
+	uint32_t tokens;
+	uint32_t k_quant;
+	uint32_t v_quant;
+};
+
+/*
+ * kvs_lengths_advance - the residual rule, one single-token decode step:
+ * fills @row with the lengths the current computation uses (per @order)
+ * and those persisted after it, and moves @len to the persisted state
+ * (the Keys of R tokens seal together, the oldest Value leaves the FIFO
+ * once it holds more than R).  @residual > 0 and len->tokens < UINT32_MAX
+ * are the caller's to ensure.
+ */
+void kvs_lengths_advance(struct kvs_lengths *len, uint32_t residual,
+			 enum kvs_order order, struct kvs_trace_row *row);
+
+/* The persisted lengths after @tokens tokens from an empty stream (as
+ * many kvs_lengths_advance steps), residual @residual > 0. */
+void kvs_lengths_after(uint32_t tokens, uint32_t residual,
+		       struct kvs_lengths *out);
+
 /* ---- the mixed-cache attention arguments ------------------------------ */
 
 /*

@@ -140,6 +140,28 @@ static void test_random_invariants(void **state)
 	free(rows);
 }
 
+/* The closed form of kvs_lengths_after is the residual rule applied token
+ * by token, for residuals that divide spans and those that do not. */
+static void test_lengths_after_is_the_steps(void **state)
+{
+	static const uint32_t residuals[] = { 1, 3, 32, 128 };
+
+	(void)state;
+	for (size_t r = 0; r < sizeof(residuals) / sizeof(residuals[0]); r++) {
+		struct kvs_lengths step = { 0, 0, 0 }, closed;
+		struct kvs_trace_row row;
+
+		for (uint32_t t = 0; t <= 700; t++) {
+			kvs_lengths_after(t, residuals[r], &closed);
+			assert_int_equal(closed.tokens, step.tokens);
+			assert_int_equal(closed.k_quant, step.k_quant);
+			assert_int_equal(closed.v_quant, step.v_quant);
+			kvs_lengths_advance(&step, residuals[r], KVS_ORDER_KIVI,
+					    &row);
+		}
+	}
+}
+
 static void test_bad_arguments(void **state)
 {
 	struct kvs_trace_row row;
@@ -172,6 +194,7 @@ int main(void)
 		cmocka_unit_test(test_paper_order),
 		cmocka_unit_test(test_random_invariants),
 		cmocka_unit_test(test_bad_arguments),
+		cmocka_unit_test(test_lengths_after_is_the_steps),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
