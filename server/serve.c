@@ -575,41 +575,29 @@ static void serve_tail_take(struct kvs_server *srv, struct srv_req *req)
 	finish(srv, req, r, true);
 }
 
+/* The handler of each request opcode (kvs_proto_request_check lets no
+ * other through). */
+static void (*const handlers[])(struct kvs_server *, struct srv_req *) = {
+	[KVS_OP_HELLO] = serve_hello,
+	[KVS_OP_AUTH] = serve_auth,
+	[KVS_OP_LOOKUP] = serve_lookup,
+	[KVS_OP_EXISTS] = serve_exists,
+	[KVS_OP_GET] = serve_get,
+	[KVS_OP_PUT] = serve_put,
+	[KVS_OP_DELETE] = serve_delete,
+	[KVS_OP_STAT] = serve_stat,
+	[KVS_OP_TAIL_PUT] = serve_tail_put,
+	[KVS_OP_TAIL_TAKE] = serve_tail_take,
+};
+
 void serve(struct kvs_server *srv, struct srv_req *req)
 {
-	switch (req->f.opcode) {
-	case KVS_OP_HELLO:
-		serve_hello(srv, req);
-		break;
-	case KVS_OP_AUTH:
-		serve_auth(srv, req);
-		break;
-	case KVS_OP_LOOKUP:
-		serve_lookup(srv, req);
-		break;
-	case KVS_OP_EXISTS:
-		serve_exists(srv, req);
-		break;
-	case KVS_OP_GET:
-		serve_get(srv, req);
-		break;
-	case KVS_OP_PUT:
-		serve_put(srv, req);
-		break;
-	case KVS_OP_DELETE:
-		serve_delete(srv, req);
-		break;
-	case KVS_OP_STAT:
-		serve_stat(srv, req);
-		break;
-	case KVS_OP_TAIL_PUT:
-		serve_tail_put(srv, req);
-		break;
-	case KVS_OP_TAIL_TAKE:
-		serve_tail_take(srv, req);
-		break;
-	default: /* kvs_proto_request_check() let no other through */
-		reply_error(srv, req, -KVS_EOPCODE, true);
-		req_done(req);
+	uint16_t op = req->f.opcode;
+
+	if (op < sizeof(handlers) / sizeof(handlers[0]) && handlers[op]) {
+		handlers[op](srv, req);
+		return;
 	}
+	reply_error(srv, req, -KVS_EOPCODE, true);
+	req_done(req);
 }
