@@ -47,7 +47,8 @@ INTERFACE = {
 
 # Which folder owns each public header.
 PUBLIC = {
-    "error.h": "common", "log.h": "common", "kvformat.h": "kvformat",
+    "error.h": "common", "log.h": "common", "version.h": "common",
+    "kvformat.h": "kvformat",
     "stream.h": "stream", "store.h": "store", "kernels.h": "kernels",
     "tenant.h": "transport", "server.h": "server", "cluster.h": "cluster",
     "client.h": "client", "runtime.h": "runtime",

@@ -37,4 +37,14 @@ if ! python3 -c 'import numpy, pytest' >/dev/null 2>&1; then
 		python3 -m pip install --quiet --break-system-packages \
 			numpy pytest
 fi
+# meson-python, the wheel's build backend (pyproject.toml), for the test
+# that installs the package as a user does; without its dependencies, so
+# that PyPI's meson does not shadow the distribution's.
+if ! python3 -c 'import mesonpy' >/dev/null 2>&1; then
+	echo "kvstash: installing meson-python (pip, without PyPI's meson)"
+	pkgs="meson-python pyproject-metadata packaging"
+	python3 -m pip install --quiet --no-deps $pkgs 2>/dev/null ||
+		python3 -m pip install --quiet --no-deps \
+			--break-system-packages $pkgs
+fi
 echo "kvstash: build dependencies present"

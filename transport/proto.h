@@ -21,10 +21,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kvs_config.h"
 #include "kvstash/kvformat.h"
 
 #define KVS_PROTO_MAGIC 0x5053564bu /* "KVSP" as little-endian bytes */
 #define KVS_PROTO_VERSION 1
+_Static_assert(KVS_PROTO_VERSION == KVS_WIRE_VERSION,
+	       "the wire version of version.h is the protocol's");
 #define KVS_PROTO_AM_REQUEST 17u
 #define KVS_PROTO_AM_REPLY 18u
 

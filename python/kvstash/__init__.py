@@ -14,13 +14,12 @@ Bindings over libkvstash (ctypes, no compiled extension):
 NumPy arrays work with the CPU device; torch tensors with both.
 """
 
-from ._lib import KvsError, lib_path
+from ._lib import VERSION as __version__, WIRE_VERSION, KvsError, lib_path
 from .blocks import Block, check_name, span_id, verify
 from .runtime import Batch, BlockStore, Runtime, Sequence
 from .client import Client, connect
 from . import kernels
 
-__version__ = "0.1.0"
 
 __all__ = [
     "Batch",
@@ -28,6 +27,7 @@ __all__ = [
     "BlockStore",
     "Client",
     "KvsError",
+    "WIRE_VERSION",
     "Runtime",
     "Sequence",
     "check_name",

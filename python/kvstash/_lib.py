@@ -252,6 +252,29 @@ def _load():
 
 lib, lib_path = _load()
 
+# The package, the library and the wire must be one release: a package
+# over another build's library would read its structures wrongly.
+VERSION = "0.1.0"  # meson.build's project version
+WIRE_VERSION = 1  # docs/PROTOCOL.md
+
+
+def _check_versions():
+    try:
+        lib.kvs_version.restype = ctypes.c_char_p
+        lib.kvs_wire_version.restype = ctypes.c_uint32
+    except AttributeError:
+        raise ImportError("kvstash %s: %s is an older libkvstash (no kvs_version); "
+                          "use the library of this release" % (VERSION, lib_path)) from None
+    have = lib.kvs_version().decode()
+    wire = lib.kvs_wire_version()
+    if have != VERSION or wire != WIRE_VERSION:
+        raise ImportError("kvstash %s (wire %d): %s is libkvstash %s (wire %d); "
+                          "use the library of this release" % (VERSION, WIRE_VERSION, lib_path,
+                                                              have, wire))
+
+
+_check_versions()
+
 _I, _U32, _U64, _SZ, _P = (
     ctypes.c_int,
     ctypes.c_uint32,
