@@ -146,7 +146,8 @@ struct kvs_client {
 	 * connection's handshake out, the next try and its back-off */
 	bool connected, reconnecting;
 	/* while the connection is down, requests fail at once rather than
-	 * wait for the next one, made meanwhile (client_fail_fast; atomic) */
+	 * wait for the next one, made meanwhile (kvs_client_fail_fast; atomic)
+	 */
 	bool fail_fast;
 	uint64_t reconnect_at_ns;
 	uint32_t backoff_ms;
@@ -232,9 +233,6 @@ bool client_retry(struct kvs_client_req *req);
 void client_waiting_deadlines(struct kvs_client *cl, uint64_t now);
 /* Starts a new connection when one is due and requests wait for it. */
 void client_reconnect_turn(struct kvs_client *cl, uint64_t now);
-/* Requests fail at once with -KVS_ECONN while the connection is down, and
- * the connection is made again in the background (any thread). */
-void client_fail_fast(struct kvs_client *cl);
 
 /* ---- the ops seam: one daemon or a cluster ---- */
 

@@ -51,9 +51,10 @@ void client_mark_connected(struct kvs_client *cl)
 	cl->backoff_ms = 0;
 }
 
-void client_fail_fast(struct kvs_client *cl)
+void kvs_client_fail_fast(struct kvs_client *client)
 {
-	__atomic_store_n(&cl->fail_fast, true, __ATOMIC_RELAXED);
+	if (client)
+		__atomic_store_n(&client->fail_fast, true, __ATOMIC_RELAXED);
 }
 
 static bool fail_fast(struct kvs_client *cl)

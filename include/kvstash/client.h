@@ -169,6 +169,16 @@ struct kvs_client_counters {
 void kvs_client_counters(const struct kvs_client *client,
 			 struct kvs_client_counters *out);
 
+/*
+ * kvs_client_fail_fast - from now on, while @client's connection is down
+ * its calls fail at once with -KVS_ECONN instead of waiting for the next
+ * connection, which the client makes in the background (tried with the
+ * same back-off); calls in flight when it fails are not sent again.  For
+ * callers that take an unreachable server for misses (the decode
+ * runtime's block store does).  A cluster client is unchanged.
+ */
+void kvs_client_fail_fast(struct kvs_client *client);
+
 /* ---- asynchronous requests -------------------------------------------
  *
  * Each *_async call takes its output arrays and buffers, which must stay
