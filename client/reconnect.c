@@ -94,8 +94,14 @@ bool client_retry(struct kvs_client_req *req)
 	    !req->conn || !req->conn->broken ||
 	    (req->status != -KVS_ECONN && req->status != -ECANCELED) ||
 	    !retryable(req->opcode) || kvs_now_ns() >= req->deadline_ns ||
-	    stopping(cl))
+	    stopping(cl)) {
+		/* a transfer cancelled with its connection: the cause is
+		 * the connection */
+		if (!cl->route && req->status == -ECANCELED && req->conn &&
+		    req->conn->broken)
+			req->status = -KVS_ECONN;
 		return false;
+	}
 	/* what the lost exchange left is rewritten by the next reply */
 	free(req->riov);
 	free(req->scratch);
