@@ -26,7 +26,10 @@ def main():
         if os.path.getsize(path) == 0:
             continue  # a run that did not finish
         with open(path) as f:
-            r = json.load(f)
+            # lines of UCX's log, where it wrote to stdout, left out
+            r = json.loads("".join(line for line in f
+                                   if not line.startswith("[")
+                                   or line.startswith("[]")))
         rs = r["restarts"]
         exit_ms = [x["exit_ms"] for x in rs]
         listen = [x["listening_ms"] for x in rs]
