@@ -620,10 +620,13 @@ static int setup(void)
 	for (unsigned i = 0; i < B.nodes; i++) {
 		struct node *n = &B.node[i];
 		size_t len = strlen(B.servers);
+		char base[sizeof(n->dir)];
 
-		snprintf(n->dir, sizeof(n->dir), "%s/node%u", B.run, i);
-		snprintf(n->ready, sizeof(n->ready), "%s.ready", n->dir);
-		snprintf(n->log, sizeof(n->log), "%s.log", n->dir);
+		/* (through a copy: source and destination both in B) */
+		snprintf(base, sizeof(base), "%s/node%u", B.run, i);
+		memcpy(n->dir, base, sizeof(base));
+		snprintf(n->ready, sizeof(n->ready), "%s.ready", base);
+		snprintf(n->log, sizeof(n->log), "%s.log", base);
 		err = node_start(n);
 		if (err)
 			return err;
