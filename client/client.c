@@ -382,6 +382,9 @@ static int connect_once(const struct kvs_client_opts *opts,
 		kvs_client_close(c);
 		return err;
 	}
+	pthread_mutex_lock(&c->progress);
+	client_mark_connected(c);
+	pthread_mutex_unlock(&c->progress);
 	*out = c;
 	return 0;
 }
@@ -449,6 +452,9 @@ void kvs_client_counters(const struct kvs_client *client,
 		&client->counters.under_replicated, __ATOMIC_RELAXED);
 	out->repairs =
 		__atomic_load_n(&client->counters.repairs, __ATOMIC_RELAXED);
+	out->reconnects =
+		__atomic_load_n(&client->reconnects, __ATOMIC_RELAXED);
+	out->retries = __atomic_load_n(&client->retries, __ATOMIC_RELAXED);
 }
 
 void kvs_client_close(struct kvs_client *c)

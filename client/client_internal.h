@@ -7,6 +7,8 @@
  *   client.c  the public API: the progress thread, the submission
  *             queue, handles, synchronous forms
  *   device.c  kvs_client_get_to_device (CUDA builds)
+ *   reconnect.c  a one-server client's connection made again after it
+ *             failed, and the requests that are safe to send again
  *   nodes.c   a cluster client: its members (an etcd view or a fixed
  *             list), one lazily made connection per member, the
  *             handshake of those connections on the progress thread
@@ -140,6 +142,16 @@ struct kvs_client {
 	struct route *route;
 	/* finished requests with on_done (the progress thread's) */
 	struct kvs_client_req *deferred, **deferred_tail;
+	/* reconnect.c (the progress thread's): connected once, a new
+	 * connection's handshake out, the next try and its back-off */
+	bool connected, reconnecting;
+	/* while the connection is down, requests fail at once rather than
+	 * wait for the next one, made meanwhile (kvs_client_fail_fast; atomic)
+	 */
+	bool fail_fast;
+	uint64_t reconnect_at_ns;
+	uint32_t backoff_ms;
+	uint64_t reconnects, retries;
 };
 
 /* request.c: building requests (the direct calls and cluster parts) */
@@ -204,6 +216,23 @@ ucs_status_t conn_on_reply(void *arg, const void *header, size_t header_len,
 
 /* request.c: a request is finished (status set): wake or call back. */
 void req_complete(struct kvs_client_req *req);
+
+/* reconnect.c: a hello of @t's tenant, or (KVS_OP_AUTH) its proof of
+ * @nonce's; NULL when out of memory. */
+struct kvs_client_req *req_handshake_new(const struct kvs_server_tenant *t,
+					 uint16_t opcode, const uint8_t *nonce);
+/* reconnect.c (progress thread, a one-server client) */
+/* The first connection is made: later failures are reconnected. */
+void client_mark_connected(struct kvs_client *cl);
+/* Whether the waiting requests may go now. */
+bool client_may_send(struct kvs_client *cl);
+/* Puts @req, failed with its connection, back to wait for the next one
+ * when that is safe and its deadline allows; true if it did. */
+bool client_retry(struct kvs_client_req *req);
+/* Fails the waiting requests past their deadline. */
+void client_waiting_deadlines(struct kvs_client *cl, uint64_t now);
+/* Starts a new connection when one is due and requests wait for it. */
+void client_reconnect_turn(struct kvs_client *cl, uint64_t now);
 
 /* ---- the ops seam: one daemon or a cluster ---- */
 

@@ -124,9 +124,7 @@ static void direct_start(struct kvs_client *cl, struct kvs_client_req *q)
 			t = &(*t)->next;
 		*t = q;
 	}
-	while ((q = cl->waiting) &&
-	       (cl->conn.broken ||
-		cl->conn.inflight < cl->conn.limits.max_inflight)) {
+	while ((q = cl->waiting) && client_may_send(cl)) {
 		next = q->next;
 		cl->waiting = next;
 		q->next = NULL;
@@ -136,15 +134,22 @@ static void direct_start(struct kvs_client *cl, struct kvs_client_req *q)
 
 static bool direct_progress(struct kvs_client *cl, uint64_t now, bool check)
 {
+	bool ran;
+
 	conn_progress_close(&cl->conn);
-	if (check)
+	ran = client_run_deferred(cl);
+	client_reconnect_turn(cl, now);
+	if (check) {
 		conn_check_deadlines(&cl->conn, now);
-	return false;
+		client_waiting_deadlines(cl, now);
+	}
+	return ran;
 }
 
 static bool direct_busy(struct kvs_client *cl)
 {
-	return cl->conn.inflight || cl->conn.closing;
+	return cl->conn.inflight || cl->conn.closing || cl->waiting ||
+	       cl->deferred;
 }
 
 static bool direct_stop(struct kvs_client *cl, bool late)
@@ -165,6 +170,7 @@ static void direct_destroy(struct kvs_client *c)
 		ucp_worker_progress(c->ucx.worker);
 		conn_progress_close(&c->conn);
 	}
+	client_run_deferred(c);
 }
 
 /* The server's STAT. */

@@ -116,26 +116,11 @@ static void handshake_done(struct kvs_client_req *req);
 static struct kvs_client_req *
 handshake_req(struct route *rt, struct kvs_conn *conn, uint16_t opcode)
 {
-	const struct kvs_server_tenant *t = &conn->tenant;
-	size_t tlen = strlen(t->name);
-	struct kvs_client_req *req;
+	struct kvs_client_req *req =
+		req_handshake_new(&conn->tenant, opcode, conn->nonce);
 
-	if (opcode == KVS_OP_HELLO) {
-		req = req_new(KVS_OP_HELLO, 0, 4 + tlen, 0);
-		if (!req)
-			return NULL;
-		kvs_put16(req->frame + KVS_PROTO_HEADER_SIZE, (uint16_t)tlen);
-		memcpy(req->frame + KVS_PROTO_HEADER_SIZE + 4, t->name, tlen);
-	} else {
-		req = req_new(KVS_OP_AUTH, 0, KVS_PROTO_MAC_SIZE, 0);
-		if (!req)
-			return NULL;
-		if (kvs_proto_auth_mac(t->key, t->key_len, conn->nonce, t->name,
-				       req->frame + KVS_PROTO_HEADER_SIZE)) {
-			req_free(req);
-			return NULL;
-		}
-	}
+	if (!req)
+		return NULL;
 	req->on_done = handshake_done;
 	req->owner = conn;
 	req_seal(rt->cl, req,

@@ -85,6 +85,8 @@ void req_complete(struct kvs_client_req *req)
 {
 	struct kvs_client *cl = req->cl;
 
+	if (client_retry(req))
+		return; /* sent again on the next connection (reconnect.c) */
 	if (req->on_done) {
 		/* run once UCX's callbacks are over (progress_turn) */
 		req->next = NULL;

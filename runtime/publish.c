@@ -262,8 +262,9 @@ static void publish_run(struct kvs_rt *rt, struct rt_job *job)
 		int r = err ? err : results[i];
 
 		if (r) {
-			kvs_log(KVS_LOG_WARN, "publish: put failed: %s",
-				kvs_strerror(r));
+			if (r != -KVS_ECONN) /* the block store logs outages */
+				kvs_log(KVS_LOG_WARN, "publish: put failed: %s",
+					kvs_strerror(r));
 			publish_failed(rt, sent[i], r);
 		} else {
 			published++;

@@ -17,9 +17,13 @@
  * keep their results.  The block store's 32-byte tail keys are the client's
  * request ids.  Puts are acknowledged at memory durability, as the local block
  * store's.  The client verifies every object it hands out, so the runtime does
- * not checksum them again.
+ * not checksum them again.  An unreachable daemon (down, restarting) makes
+ * lookups and gets misses at once, so the runtime recomputes, and puts fail
+ * with -KVS_ECONN, with one line in the log for the outage; the client makes
+ * the connection again in the background meanwhile (kvs_client_fail_fast).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "kvstash/client.h"
@@ -30,7 +34,30 @@ struct remote_bs {
 	struct kvs_client *client; /* lane[0] */
 	struct kvs_client *lane[KVS_BLOCKSTORE_LANES_MAX];
 	unsigned lanes;
+	bool down; /* the last call found the daemon unreachable (atomic) */
+	char address[256]; /* the daemon's, for the log */
 };
+
+/* Whether @err says that the daemon is unreachable (logged once for the
+ * outage); a success marks it reachable again. */
+static bool unreachable(struct remote_bs *rb, int err)
+{
+	bool down = err == -KVS_ECONN || err == -KVS_ETIMEDOUT;
+
+	if (err && !down)
+		return false;
+	if (__atomic_exchange_n(&rb->down, down, __ATOMIC_RELAXED) == down)
+		return down;
+	if (down)
+		kvs_log(KVS_LOG_WARN,
+			"block store: kvstashd %s unreachable (%s): lookups "
+			"and gets are misses, puts fail, until it answers",
+			rb->address, kvs_strerror(err));
+	else
+		kvs_log(KVS_LOG_INFO, "block store: kvstashd %s answers again",
+			rb->address);
+	return down;
+}
 
 /* Bytes of replies one get request asks for, at most: a layer's blocks
  * go as several requests in flight at once rather than one reply of
@@ -73,13 +100,18 @@ static int remote_lookup(void *ctx, const uint8_t (*span_ids)[KVS_ID_SIZE],
 			 size_t n_layers, size_t *prefix)
 {
 	struct remote_bs *rb = ctx;
+	int err;
 
 	if (n_spans == 0 || n_layers == 0) {
 		*prefix = 0;
 		return 0;
 	}
-	return kvs_client_lookup(rb->client, span_ids, n_spans, layers,
-				 n_layers, prefix);
+	err = kvs_client_lookup(rb->client, span_ids, n_spans, layers, n_layers,
+				prefix);
+	if (!unreachable(rb, err))
+		return err;
+	*prefix = 0;
+	return 0;
 }
 
 /* A get (@bufs given) or a delete (@bufs NULL) of @n keys, in requests
@@ -123,7 +155,13 @@ static int remote_get(void *ctx, const struct kvs_store_key *keys, size_t n,
 		      void *const *bufs, const size_t *caps, size_t *lens,
 		      int *results)
 {
-	return keyed_batches(ctx, keys, n, bufs, caps, lens, results);
+	int err = keyed_batches(ctx, keys, n, bufs, caps, lens, results);
+
+	if (!unreachable(ctx, err))
+		return err;
+	for (size_t i = 0; i < n; i++)
+		results[i] = -KVS_ENOTFOUND;
+	return 0;
 }
 
 /* The next put request: items [from, *to) within the server's limits. */
@@ -173,6 +211,7 @@ static int remote_put(void *ctx, const uint8_t *const *objs, const size_t *lens,
 	}
 	err = wait_all(reqs, queued, err);
 	free(reqs);
+	(void)unreachable(rb, err);
 	return err;
 }
 
@@ -207,6 +246,19 @@ static void remote_destroy(void *ctx)
 	for (unsigned i = rb->lanes; i-- > 0;)
 		kvs_client_close(rb->lane[i]);
 	free(rb);
+}
+
+/* @client's server, as kvs_client_nodes names it ("" if it cannot). */
+static void address_of(struct kvs_client *client, char *out, size_t size)
+{
+	struct kvs_client_node *nodes = NULL;
+	size_t n = 0;
+
+	out[0] = '\0';
+	if (kvs_client_nodes(client, false, &nodes, &n) == 0 && n)
+		snprintf(out, size, "%s",
+			 n == 1 ? nodes[0].address : "cluster");
+	free(nodes);
 }
 
 static const struct kvs_blockstore_ops remote_ops = {
@@ -247,6 +299,10 @@ int kvs_blockstore_remote_lanes(struct kvs_client *client, unsigned lanes,
 			break;
 		}
 	}
+	for (unsigned i = 0; !err && i < rb->lanes; i++)
+		kvs_client_fail_fast(rb->lane[i]);
+	if (!err)
+		address_of(client, rb->address, sizeof(rb->address));
 	if (!err)
 		err = kvs_blockstore_create(&remote_ops, rb, out);
 	if (err) {

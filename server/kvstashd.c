@@ -26,6 +26,7 @@
 #include "kvstash/server.h"
 #include "kvstashd_cluster.h"
 #include "transport/keyfile.h"
+#include "transport/ucx.h"
 
 #define MAX_TENANTS 256
 #define N_OPTS 29
@@ -427,6 +428,7 @@ int main(int argc, char **argv)
 	size_t n_tenants = 0;
 	int rc, err, cerr;
 
+	kvs_ucx_listener_defaults();
 	opts_table(&a, o);
 	rc = kvs_cli_parse("kvstashd", argc, argv, o, N_OPTS, NULL, 0, NULL);
 	if (rc)

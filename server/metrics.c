@@ -257,7 +257,10 @@ int metrics_start(struct kvs_server *srv, const char *addr)
 		MHD_USE_INTERNAL_POLLING_THREAD |
 			(ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
 		0, NULL, NULL, on_http, srv, MHD_OPTION_SOCK_ADDR,
-		(struct sockaddr *)&ss, MHD_OPTION_END);
+		(struct sockaddr *)&ss,
+		/* a restart at once gets the port back (see kvs_ucx_init) */
+		MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned int)1,
+		MHD_OPTION_END);
 	if (!d) {
 		kvs_log(KVS_LOG_ERR, "kvstashd: metrics on %s: cannot listen",
 			addr);

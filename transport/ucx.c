@@ -83,6 +83,15 @@ fail:
 	return kvs_ucx_error(st);
 }
 
+void kvs_ucx_listener_defaults(void)
+{
+	/* UCX 1.13 reads its connection managers' options from the
+	 * environment only (ucp_config_modify does not reach them) */
+	if (setenv("UCX_TCP_CM_REUSEADDR", "y", 0))
+		kvs_log(KVS_LOG_WARN, "ucx: UCX_TCP_CM_REUSEADDR not set: %s",
+			strerror(errno));
+}
+
 void kvs_ucx_fini(struct kvs_ucx *u)
 {
 	if (u->worker)

@@ -43,6 +43,18 @@ struct kvs_ucx {
  * for the daemon and its clients alike.  0 or a negative error (logged).
  */
 int kvs_ucx_init(struct kvs_ucx *u, bool shared_memory, bool serialized);
+
+/*
+ * kvs_ucx_listener_defaults - what a process that listens wants of UCX
+ * beside kvs_ucx_init's: listeners bind with SO_REUSEADDR
+ * (UCX_TCP_CM_REUSEADDR=y unless the environment says otherwise), so that
+ * a daemon restarted at once, after a crash or an upgrade, gets its port
+ * back although the connections it closed itself still sit in TIME_WAIT on
+ * it (about a minute).  Linux still refuses a second listener on a port
+ * that one holds.  It sets the environment: call it at the start of
+ * main(), before any thread or UCX context exists.
+ */
+void kvs_ucx_listener_defaults(void);
 /* NULL members are skipped; safe on a zeroed struct. */
 void kvs_ucx_fini(struct kvs_ucx *u);
 

@@ -12,8 +12,24 @@
  * Every request has a deadline (opts.timeout_ms): a dead, unreachable or
  * stopped server gives -KVS_ETIMEDOUT or -KVS_ECONN in bounded time, never
  * a hang.  A timeout closes the connection (so that UCX lets go of the
- * caller's buffers before the call returns); every later call then fails
- * with -KVS_ECONN: close the client and connect again.
+ * caller's buffers before the call returns).
+ *
+ * A client rides through a restart of its server (a crash, an upgrade):
+ * once connected, a connection that fails -- closed by the server, reset,
+ * timed out -- is made again and authenticated again by the client itself
+ * as soon as a call wants it, tried again with a back-off (10 ms doubling
+ * to 200 ms) within each waiting call's timeout.  Calls made meanwhile
+ * wait for it; those it does not come in time for fail with -KVS_ECONN
+ * (or the server's refusal of the key, -KVS_EAUTH).  A call in flight when
+ * the connection failed may or may not have been carried out; it is sent
+ * again on the new connection where that is safe, within its timeout:
+ * lookup, exists, get and stat (they only read) and put (blocks are named
+ * by their content: the same bytes under the same id a second time leave
+ * the store as once).  Delete and the tail calls are not sent again: they
+ * fail with -KVS_ECONN, and their effect may or may not have happened (a
+ * tail taken twice would be lost).  Blocks are verified as below on every
+ * connection, so a restart never hands out wrong bytes.
+ * kvs_client_counters counts the reconnections and the calls sent again.
  *
  * Blocks are verified by the client before they are handed out
  * (kvs_object_verify, and the block's own id and layer against the key
@@ -143,13 +159,25 @@ void kvs_client_limits(const struct kvs_client *client,
  * (failed a check); and, for a cluster client: items that went past
  * their first node (fallbacks), nodes marked down, puts that made fewer
  * copies than asked (though at least one), copies written back by read
- * repair. */
+ * repair; for a one-server client: connections made again after one
+ * failed (reconnects) and requests sent again on them (retries). */
 struct kvs_client_counters {
 	uint64_t requests, timeouts, corrupt_dropped;
 	uint64_t fallbacks, marked_down, under_replicated, repairs;
+	uint64_t reconnects, retries;
 };
 void kvs_client_counters(const struct kvs_client *client,
 			 struct kvs_client_counters *out);
+
+/*
+ * kvs_client_fail_fast - from now on, while @client's connection is down
+ * its calls fail at once with -KVS_ECONN instead of waiting for the next
+ * connection, which the client makes in the background (tried with the
+ * same back-off); calls in flight when it fails are not sent again.  For
+ * callers that take an unreachable server for misses (the decode
+ * runtime's block store does).  A cluster client is unchanged.
+ */
+void kvs_client_fail_fast(struct kvs_client *client);
 
 /* ---- asynchronous requests -------------------------------------------
  *
@@ -194,7 +222,11 @@ int kvs_client_get_async(struct kvs_client *c, const struct kvs_store_key *keys,
 /*
  * Puts encoded blocks (sent from the caller's memory, no copy), each
  * acknowledged at @durability or better: results[i] 0 or the error that
- * refused objs[i] (a failed check, -ENOSPC, ...).
+ * refused objs[i] (a failed check, -ENOSPC, ...).  A put in flight when
+ * the connection fails is sent again on the next one (see above): blocks
+ * are content-addressed, so a put that was carried out twice stores what
+ * one does.  Only blocks go through here; the tail handoff has its own
+ * calls, which are not sent again.
  */
 int kvs_client_put_async(struct kvs_client *c, const uint8_t *const *objs,
 			 const size_t *lens, size_t n,

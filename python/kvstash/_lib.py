@@ -425,3 +425,4 @@ KVS_ERROR_BASE = 4096
     ECORRUPT,
     ENOTFOUND,
 ) = [-(KVS_ERROR_BASE + i) for i in range(15)]
+ECONN = -(KVS_ERROR_BASE + 26)  # connection lost or refused (error.h)

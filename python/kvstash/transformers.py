@@ -38,6 +38,7 @@ try:
 except ImportError:  # older layouts
     from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: F811
 
+from . import _lib
 from .runtime import BlockStore, Runtime
 
 ATTN_IMPLEMENTATION = "kvstash"
@@ -299,7 +300,13 @@ class Cache(_HFCache):
 
     def close(self):
         if self.rt is not None:
-            self.rt.flush()
+            try:
+                self.rt.flush()
+            except _lib.KvsError as e:
+                # an unreachable kvstashd: the blocks were not kept (the
+                # library logged the outage); generation went on
+                if e.code != _lib.ECONN:
+                    raise
             self.rt.close()
             self.rt = None
             self.batch = None

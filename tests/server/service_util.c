@@ -151,7 +151,7 @@ void daemon_start(struct daemon *d, const char *const *extra)
 
 	assert_non_null(exe);
 	snprintf(ready, sizeof(ready), "%s/ready", d->dir);
-	snprintf(listen, sizeof(listen), "%s:0", host);
+	snprintf(listen, sizeof(listen), "%s:%d", host, d->fixed_port);
 	unlink(ready);
 	if (d->netns) {
 		argv[argc++] = "ip";

@@ -29,6 +29,8 @@ struct daemon {
 	 * namespace @netns, listening on @host (default 127.0.0.1) */
 	const char *netns;
 	const char *host;
+	/* set to listen on a given port rather than one the daemon picks */
+	int fixed_port;
 };
 
 /* A fresh scratch directory under KVS_TEST_DIR (or /tmp) holding a key
