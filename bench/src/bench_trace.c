@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -493,6 +494,28 @@ const char *format_label(const struct replay_model *m, enum replay_format f,
 
 /* ---- main ------------------------------------------------------------ */
 
+/* --dir DIR is created when missing, as kvstashd's --dir is (one level,
+ * mode 0755); anything else in the way is refused in one line naming
+ * DIR. */
+static int make_dir(const char *dir)
+{
+	struct stat st;
+
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+		kvs_cli_error(CMD, "--dir %s: %s", dir, strerror(errno));
+		return -errno;
+	}
+	if (stat(dir, &st) != 0) {
+		kvs_cli_error(CMD, "--dir %s: %s", dir, strerror(errno));
+		return -errno;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		kvs_cli_error(CMD, "--dir %s: %s", dir, strerror(ENOTDIR));
+		return -ENOTDIR;
+	}
+	return 0;
+}
+
 static int load_trace(const struct args *a, const struct replay_model *m,
 		      struct trace *t, uint8_t model_fp[KVS_ID_SIZE],
 		      double *ids_secs)
@@ -600,6 +623,11 @@ int kvs_bench_trace(int argc, char **argv)
 		a.dir = getenv("TMPDIR");
 		if (a.dir == NULL || *a.dir == '\0')
 			a.dir = "/tmp";
+	}
+	if (!a.server) {
+		rc = make_dir(a.dir);
+		if (rc)
+			return KVS_EXIT_FAIL;
 	}
 	rc = make_model(&a, &m);
 	if (rc)

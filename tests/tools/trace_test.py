@@ -536,6 +536,27 @@ def group_args():
     check(p.returncode == 1 and "standard output" in p.stderr and
           len(p.stderr.strip().splitlines()) == 1, "write error: %r" %
           p.stderr)
+    # A --dir that does not exist is created (one level, as kvstashd's
+    # --dir); one that cannot be is refused in one line naming it.
+    fresh = os.path.join(TMP, "fresh-dir")
+    p = run("bench", "trace", t, "--dir", fresh, "--progress", "0",
+            "--json", *SMALL)
+    r = json.loads(p.stdout)
+    check(os.path.isdir(fresh) and os.listdir(fresh) == [] and
+          r["requests"] == 1, "--dir created: %r" % (os.listdir(TMP),))
+    deep = os.path.join(TMP, "no-such", "dir")
+    p = run("bench", "trace", t, "--dir", deep, *SMALL, expect=1)
+    lines = p.stderr.strip().splitlines()
+    check(len(lines) == 1 and deep in lines[0] and
+          "No such file or directory" in lines[0] and
+          "kvstash-replay" not in lines[0], "--dir missing parent: %r" %
+          p.stderr)
+    afile = os.path.join(TMP, "a-file")
+    open(afile, "w").close()
+    p = run("bench", "trace", t, "--dir", afile, *SMALL, expect=1)
+    lines = p.stderr.strip().splitlines()
+    check(len(lines) == 1 and afile in lines[0] and
+          "Not a directory" in lines[0], "--dir a file: %r" % p.stderr)
     # --model presets and fp16 replay.
     r = replay(t, "--model", "qwen2.5-7b", "--fp16", "--scale", "28",
                "--dram-capacity", "4G", "--nvme-capacity", "0")
