@@ -6,8 +6,9 @@ usage: trace_plot.py SWEEP.json OUT.png
 SWEEP.json is what `kvstash bench trace TRACE --sweep CAPS --json` prints
 (`kvstash bench trace --plot OUT.png` runs this script itself).  One curve
 per format and policy: the quantized blocks and fp16 through the store's
-own policy (S3-FIFO DRAM + NVMe) and through the LRU simulation, prefix-hit
-ratio (hit tokens / prompt tokens) against the swept capacity.
+own policy (its --eviction, DRAM + NVMe), through the LRU simulation and
+the offline optimum (Belady over the chain), prefix-hit ratio (hit tokens
+/ prompt tokens) against the swept capacity.
 
 Exit status 0 when the PNG is written, 3 when matplotlib is not installed
 (the PNG is optional: `pip install matplotlib`), 1 for a bad input.
@@ -37,10 +38,10 @@ def main():
         quant_label = points[0]["quant"]["format"]
         curves = []
         for fmt, label in (("quant", quant_label), ("fp16", "fp16")):
-            for policy in ("store", "lru"):
+            for policy in ("store", "lru", "optimum"):
                 ys = [100.0 * (p[fmt]["prefix_hit_ratio"] if policy ==
                                "store" else
-                               p[fmt]["lru"]["prefix_hit_ratio"])
+                               p[fmt][policy]["prefix_hit_ratio"])
                       for p in points]
                 curves.append((fmt, policy, label, ys))
     except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
@@ -49,12 +50,13 @@ def main():
         return 1
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
     colors = {"quant": "tab:blue", "fp16": "tab:orange"}
+    styles = {"store": ("-", "o"), "lru": ("--", "x"), "optimum": (":", "^")}
+    names = {"store": "store (%s)" % sweep.get("eviction", "store"),
+             "lru": "LRU", "optimum": "optimum (Belady)"}
     for fmt, policy, label, ys in curves:
-        ax.plot(caps, ys, color=colors[fmt],
-                linestyle="-" if policy == "store" else "--",
-                marker="o" if policy == "store" else "x",
-                label="%s, %s" % (label, "store (S3-FIFO)"
-                                  if policy == "store" else "LRU"))
+        ax.plot(caps, ys, color=colors[fmt], linestyle=styles[policy][0],
+                marker=styles[policy][1],
+                label="%s, %s" % (label, names[policy]))
     ax.set_xscale("log", base=2)
     ax.set_xticks(caps)
     ax.set_xticklabels(["%g" % c for c in caps])

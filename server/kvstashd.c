@@ -29,7 +29,7 @@
 #include "transport/ucx.h"
 
 #define MAX_TENANTS 256
-#define N_OPTS 29
+#define N_OPTS 30
 
 static const char usage[] =
 	"usage: kvstashd --listen HOST:PORT --dir DIR --auth-key-file FILE\n"
@@ -37,6 +37,7 @@ static const char usage[] =
 	"                [--dram-capacity BYTES] [--nvme-capacity BYTES]\n"
 	"                [--segment-size BYTES] [--durability memory|written|"
 	"durable]\n"
+	"                [--eviction prefix|s3fifo|lru]\n"
 	"                [--namespace TENANT=NS[,TENANT=NS...]]\n"
 	"                [--max-batch N] [--max-object BYTES] "
 	"[--max-payload BYTES]\n"
@@ -61,10 +62,13 @@ static const char usage[] =
 	"registers ID with the listen address (or --advertise) and the\n"
 	"store's capacity under a lease of --lease-ttl seconds (10), serves\n"
 	"while etcd is away and registers once it answers; SIGTERM leaves\n"
-	"the cluster before draining.\n";
+	"the cluster before draining.\n"
+	"--eviction picks the DRAM tier's policy: prefix (the default,\n"
+	"prefix-aware and adaptive), s3fifo or lru (store/README.md).\n";
 
 struct daemon_args {
 	const char *listen, *dir, *key_file, *metrics, *config, *durability;
+	const char *eviction;
 	const char *namespaces, *log_level, *log_file, *ready_file;
 	const char *etcd, *cluster, *node_id, *advertise;
 	uint64_t dram, nvme, segment, max_object, max_payload, tail_capacity;
@@ -72,6 +76,7 @@ struct daemon_args {
 	uint32_t max_batch, max_inflight, max_conns, tail_ttl;
 	uint32_t lease_ttl, etcd_timeout_ms;
 	bool shared_memory;
+	enum kvs_store_eviction policy; /* --eviction, parsed */
 };
 
 static struct kvs_server *the_server;
@@ -132,6 +137,7 @@ static void opts_table(struct daemon_args *a, struct kvs_cli_opt *o)
 		KVS_OPT_SIZE("segment-size", &a->segment, 256u << 10, 1u << 30,
 			     false),
 		KVS_OPT_STR("durability", &a->durability, false),
+		KVS_OPT_STR("eviction", &a->eviction, false),
 		KVS_OPT_STR("namespace", &a->namespaces, false),
 		KVS_OPT_U32("max-batch", &a->max_batch, 1, 508, false),
 		KVS_OPT_SIZE("max-object", &a->max_object, 4096, 1u << 30,
@@ -380,6 +386,12 @@ static int setup(struct daemon_args *a, struct kvs_server_opts *so,
 	if (a->durability &&
 	    parse_durability(a->durability, &so->min_durability))
 		return -KVS_EPARAM;
+	if (a->eviction && kvs_store_eviction_parse(a->eviction, &a->policy)) {
+		kvs_cli_error("kvstashd",
+			      "--eviction: '%s' is not prefix, s3fifo or lru",
+			      a->eviction);
+		return -KVS_EPARAM;
+	}
 	err = kvs_keyfile_read_tenants(a->key_file, tenants, MAX_TENANTS,
 				       n_tenants);
 	if (err) {
@@ -449,6 +461,7 @@ int main(int argc, char **argv)
 	if (a.nvme)
 		sto.nvme_capacity = a.nvme;
 	sto.segment_size = a.segment;
+	sto.eviction = a.policy;
 	sto.write_through = so.min_durability > KVS_DURABILITY_MEMORY;
 	sto.register_arena = note_arena;
 	sto.register_ctx = &arena;

@@ -54,11 +54,7 @@ int delete_prepare(struct kvs_store *s, const struct kvs_store_key *key,
 		t = e;
 		dram_drop(s, e);
 		nvme_detach(s, e);
-		if (e->dq == DQ_GHOST) {
-			list_del(&e->dlink);
-			s->nghost_d--;
-			e->dq = DQ_NONE;
-		}
+		dram_forget_ghost(s, e);
 		e->bad = false;
 		if (!log) {
 			entry_maybe_free(s, e);

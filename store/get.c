@@ -75,7 +75,7 @@ static void dram_ref(struct kvs_store *s, struct entry *e,
 		return;
 	}
 	e->pins++;
-	dram_hit(e);
+	dram_hit(s, e);
 	*result = 0;
 	s->st.hits++;
 	s->st.dram_hits++;
@@ -137,7 +137,9 @@ static int finish_read(struct kvs_store *s, struct nvme_read *r, int res,
 	if (promote) {
 		e->slot = r->buf;
 		e->cls = dram_class(&s->dram, record_size(e->len));
-		dram_insert(s, e);
+		dram_insert(
+			s, e,
+			dram_parent_of(s, e, r->buf + REC_HEADER_SIZE, e->len));
 		s->st.promotions++;
 	}
 	if (!r->in_dram) {
@@ -184,7 +186,7 @@ static int read_batch(struct kvs_store *s, struct nvme_read *rd, size_t n,
 		uint64_t rec = record_size(rd[k].e->len);
 		int cls = s->dram_on ? dram_class(&s->dram, rec) : -1;
 
-		rd[k].buf = dram_make_room(s, cls);
+		rd[k].buf = dram_make_room(s, cls, rd[k].e, NULL);
 		rd[k].in_dram = rd[k].buf != NULL;
 		if (!rd[k].buf &&
 		    posix_memalign((void **)&rd[k].buf, KVS_STORE_ALIGN, rec))
@@ -344,7 +346,9 @@ static struct kvs_store_ref *aread_ref(struct kvs_store *s, struct aread *r,
 			return NULL;
 		e->slot = r->buf;
 		e->cls = dram_class(&s->dram, rec);
-		dram_insert(s, e);
+		dram_insert(
+			s, e,
+			dram_parent_of(s, e, r->buf + REC_HEADER_SIZE, e->len));
 		s->st.promotions++;
 		r->buf = NULL;
 		return ref;
@@ -353,7 +357,7 @@ static struct kvs_store_ref *aread_ref(struct kvs_store *s, struct aread *r,
 		/* the same record got a DRAM copy meanwhile: share it */
 		ref = ref_new(s, e, NULL, e->slot, r->len);
 		if (ref)
-			dram_hit(e);
+			dram_hit(s, e);
 		return ref;
 	}
 	copy = r->buf;
@@ -442,7 +446,7 @@ static void get_batch_queue(struct kvs_store *s, struct get_batch *g,
 		uint64_t rec = record_size(r->e->len);
 		int cls = s->dram_on ? dram_class(&s->dram, rec) : -1;
 
-		r->buf = dram_make_room(s, cls);
+		r->buf = dram_make_room(s, cls, r->e, NULL);
 		r->in_dram = r->buf != NULL;
 		if (!r->buf &&
 		    posix_memalign((void **)&r->buf, KVS_STORE_ALIGN, rec))

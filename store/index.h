@@ -16,10 +16,22 @@
 
 enum dram_queue {
 	DQ_NONE = 0,
-	DQ_SMALL,
+	DQ_SMALL, /* s3fifo */
 	DQ_MAIN,
 	DQ_GHOST,
+	DQ_U, /* prefix: put, never read, never extended */
+	DQ_T1, /* prefix: extended, seen once */
+	DQ_T2, /* prefix: read, or seen again */
+	DQ_B1, /* prefix: ghost of T1 */
+	DQ_B2, /* prefix: ghost of T2 */
+	DQ_LRU, /* lru */
 };
+
+/* Whether @dq is a queue of keys without a DRAM copy (a ghost). */
+static inline bool dq_ghost(uint8_t dq)
+{
+	return dq == DQ_GHOST || dq == DQ_B1 || dq == DQ_B2;
+}
 
 struct segment;
 
@@ -35,8 +47,16 @@ struct entry {
 	uint8_t *slot; /* record image: header, object, pad */
 	int cls;
 	uint8_t dq; /* enum dram_queue */
+	/* s3fifo: reads since the last pass (2 bits); prefix: 1 when the
+	 * next DRAM copy goes to T2 (the key was cached or a ghost) */
 	uint8_t dfreq;
 	struct list dlink;
+	/* prefix: the parent's entry (parent span id, same layer) while
+	 * this entry has a DRAM copy and the parent had one when it was
+	 * placed, and how many entries name this one so (a struct named by
+	 * a child outlives its release until the last child lets go) */
+	struct entry *dparent;
+	uint32_t nkids;
 	/* NVMe tier */
 	struct segment *seg; /* segment of the newest record, or NULL */
 	uint64_t off;

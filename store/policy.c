@@ -1,18 +1,54 @@
 /*
- * policy.c - S3-FIFO for the DRAM tier (Yang et al., SOSP'23), in bytes of
- * slots: new objects enter the small FIFO (10% of the arena); an object
- * leaving the small FIFO moves to the main FIFO if it was read while there,
- * else it is evicted and its key remembered in the ghost FIFO; a put of a
- * ghost key goes straight to main.  The main FIFO reinserts objects read
- * since their last pass (a 2-bit counter), evicting the others.  A one-time
- * scan therefore passes through the small FIFO without touching the hot
- * set in main.  Pinned objects are never evicted; they are passed over.
- * An evicted object with no NVMe copy is spilled there first.
+ * policy.c - the DRAM tier's eviction, in three policies (opts.eviction):
+ *
+ * prefix (the default): ARC (Megiddo and Modha, FAST'03) over the prefix
+ *   tree of the blocks.  An entry knows its parent's entry (the header's
+ *   parent span id, same layer, looked up when its copy is placed) and
+ *   counts its children with DRAM copies.  Queues, oldest at the tail:
+ *   U (put, never read, never extended: request tails), T1 (extended,
+ *   seen once), T2 (read, or seen again); ghosts B1 and B2 remember keys
+ *   evicted from T1 and T2.  A ghost hit in B1 grows p, ARC's target size
+ *   of T1, one in B2 shrinks it, so the split between recency and
+ *   frequency follows the workload.  Victims are leaves: an entry with no
+ *   child in DRAM, not pinned (a get's reference or a write in flight)
+ *   and not the parent of the block being placed; U's leaves go first and
+ *   leave no ghost.  A block placed after its parent in the same queue is
+ *   linked just tail-side of it, so a queue's tail is almost always a
+ *   leaf.  A block whose parent is indexed without a DRAM copy is not
+ *   placed in DRAM (it could not be hit before its parent is put again).
+ *   A one-time scan passes through U and T1 without touching T2.
+ * s3fifo: S3-FIFO (Yang et al., SOSP'23), in bytes of slots: new objects
+ *   enter the small FIFO (10% of the arena); an object leaving the small
+ *   FIFO moves to the main FIFO if it was read while there, else it is
+ *   evicted and its key remembered in the ghost FIFO; a put of a ghost key
+ *   goes straight to main.  The main FIFO reinserts objects read since
+ *   their last pass (a 2-bit counter), evicting the others.
+ * lru: one list, the least recently placed or read first.
+ *
+ * Pinned objects are never evicted; they are passed over.  An evicted
+ * object with no NVMe copy is spilled there first.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "kvstash/log.h"
 #include "store_internal.h"
+
+/* ---- the chain (prefix) ---------------------------------------------- */
+
+/* @e's DRAM copy goes: its parent no longer counts it.  A parent that
+ * was released while it had children is freed now. */
+static void chain_unlink(struct kvs_store *s, struct entry *e)
+{
+	struct entry *p = e->dparent;
+
+	if (!p)
+		return;
+	e->dparent = NULL;
+	p->nkids--;
+	if (!p->nkids && !p->in_index)
+		entry_maybe_free(s, p);
+}
 
 static uint64_t slot_bytes(const struct kvs_store *s, const struct entry *e)
 {
@@ -26,7 +62,7 @@ static void ghost_push(struct kvs_store *s, struct entry *e)
 	s->nghost_d++;
 }
 
-void ghost_trim(struct kvs_store *s)
+static void ghost_trim(struct kvs_store *s)
 {
 	uint64_t limit = s->nmain > 256 ? s->nmain : 256;
 	struct list *l;
@@ -41,7 +77,7 @@ void ghost_trim(struct kvs_store *s)
 	}
 }
 
-void dram_insert(struct kvs_store *s, struct entry *e)
+static void s3_insert(struct kvs_store *s, struct entry *e)
 {
 	uint64_t b = slot_bytes(s, e);
 
@@ -62,7 +98,7 @@ void dram_insert(struct kvs_store *s, struct entry *e)
 	s->dram_obj_bytes += e->len;
 }
 
-void dram_hit(struct entry *e)
+static void s3_hit(struct entry *e)
 {
 	if (e->dfreq < 3)
 		e->dfreq++;
@@ -78,13 +114,16 @@ static void dram_unlink(struct kvs_store *s, struct entry *e)
 	} else if (e->dq == DQ_MAIN) {
 		s->main_bytes -= b;
 		s->nmain--;
-	} else {
+	} else if (e->dq >= DQ_U && e->dq <= DQ_T2) {
+		s->pol.n[e->dq - DQ_U]--;
+	} else if (e->dq != DQ_LRU) {
 		return;
 	}
 	list_del(&e->dlink);
 	e->dq = DQ_NONE;
 	s->dram_objects--;
 	s->dram_obj_bytes -= e->len;
+	chain_unlink(s, e);
 }
 
 void entry_maybe_free(struct kvs_store *s, struct entry *e)
@@ -92,7 +131,7 @@ void entry_maybe_free(struct kvs_store *s, struct entry *e)
 	if (e->pins)
 		return;
 	if (e->in_index &&
-	    (e->slot || e->seg || e->dq == DQ_GHOST || e->nghost || e->bad))
+	    (e->slot || e->seg || dq_ghost(e->dq) || e->nghost || e->bad))
 		return;
 	if (e->in_index)
 		index_remove(&s->index, e);
@@ -102,20 +141,22 @@ void entry_maybe_free(struct kvs_store *s, struct entry *e)
 	if (e->on_disk && e->first_seg < s->stale_floor)
 		s->stale_floor = e->first_seg;
 	/* a zombie (replaced while pinned) may still be on lists */
-	if (e->dq == DQ_GHOST) {
-		list_del(&e->dlink);
-		s->nghost_d--;
-		e->dq = DQ_NONE;
-	}
+	dram_forget_ghost(s, e);
 	if (e->slot) {
 		dram_unlink(s, e);
 		dram_free(&s->dram, e->slot, e->cls);
+		e->slot = NULL;
+		e->cls = -1;
 	}
 	if (e->nghost) {
 		list_del(&e->nlink);
+		e->nghost = false;
 		s->nghost_n--;
 	}
 	nvme_detach(s, e);
+	/* released: a child still naming it frees it when it lets go */
+	if (e->nkids)
+		return;
 	free(e);
 }
 
@@ -123,6 +164,9 @@ void dram_drop(struct kvs_store *s, struct entry *e)
 {
 	if (!e->slot)
 		return;
+	/* the prefix policy keeps a re-put key's standing: it was cached */
+	if (e->dq >= DQ_U && e->dq <= DQ_T2)
+		e->dfreq = 1;
 	dram_unlink(s, e);
 	if (e->pins)
 		return; /* freed by the last unpin (entry is a zombie) */
@@ -183,7 +227,8 @@ static struct entry *pick_victim(struct kvs_store *s, bool *from_small)
 	return NULL;
 }
 
-static void evict(struct kvs_store *s, struct entry *e, bool from_small)
+/* Spills @e's copy (if it has no NVMe record) and frees its slot. */
+static void evict_copy(struct kvs_store *s, struct entry *e)
 {
 	int buf_index;
 
@@ -200,6 +245,11 @@ static void evict(struct kvs_store *s, struct entry *e, bool from_small)
 	e->slot = NULL;
 	e->cls = -1;
 	s->st.evictions++;
+}
+
+static void evict(struct kvs_store *s, struct entry *e, bool from_small)
+{
+	evict_copy(s, e);
 	if (from_small) {
 		ghost_push(s, e);
 		ghost_trim(s);
@@ -208,13 +258,11 @@ static void evict(struct kvs_store *s, struct entry *e, bool from_small)
 	}
 }
 
-uint8_t *dram_make_room(struct kvs_store *s, int cls)
+static uint8_t *s3_make_room(struct kvs_store *s, int cls)
 {
 	uint8_t *slot;
 	bool from_small;
 
-	if (!s->dram_on || cls < 0)
-		return NULL;
 	for (;;) {
 		slot = dram_alloc(&s->dram, cls);
 		if (slot)
@@ -224,5 +272,362 @@ uint8_t *dram_make_room(struct kvs_store *s, int cls)
 		if (!v)
 			return NULL;
 		evict(s, v, from_small);
+	}
+}
+
+/* ---- prefix: ARC over the prefix tree -------------------------------- */
+
+static struct list *pq(struct kvs_store *s, uint8_t dq)
+{
+	return &s->pol.q[dq - DQ_U];
+}
+
+/* Links @e into queue @dq: just tail-side of its parent when the parent
+ * is in the same queue (it was placed or read just before, in the same
+ * request), else at the head. */
+static void pq_insert(struct kvs_store *s, uint8_t dq, struct entry *e)
+{
+	struct entry *p = e->dparent;
+	struct list *n = &e->dlink;
+
+	if (p && p->dq == dq) {
+		/* tail-side: toward the oldest (a list's ->next) */
+		list_push(&p->dlink, n);
+	} else {
+		list_push(pq(s, dq), n);
+	}
+	e->dq = dq;
+	s->pol.n[dq - DQ_U]++;
+}
+
+/* Moves @e (in queue U, T1 or T2) to queue @dq. */
+static void pq_move(struct kvs_store *s, struct entry *e, uint8_t dq)
+{
+	list_del(&e->dlink);
+	s->pol.n[e->dq - DQ_U]--;
+	pq_insert(s, dq, e);
+}
+
+/* The tail-most leaf of queue @dq that may go: no child in DRAM, not
+ * pinned, not @keep.  NULL if none. */
+static struct entry *pq_leaf(struct kvs_store *s, uint8_t dq,
+			     const struct entry *keep)
+{
+	struct list *h = pq(s, dq);
+
+	for (struct list *l = h->prev; l != h; l = l->prev) {
+		struct entry *e = list_entry(l, struct entry, dlink);
+
+		if (!e->nkids && !e->pins && e != keep)
+			return e;
+	}
+	return NULL;
+}
+
+static void pq_ghost_drop(struct kvs_store *s, uint8_t dq)
+{
+	struct list *l = list_oldest(pq(s, dq));
+	struct entry *e;
+
+	if (!l)
+		return;
+	e = list_entry(l, struct entry, dlink);
+	dram_forget_ghost(s, e);
+	entry_maybe_free(s, e);
+}
+
+/* A bound on the ghosts whatever the sizes do between puts (ARC's own
+ * rules, at each new key, keep them near c). */
+static void pq_ghost_trim(struct kvs_store *s)
+{
+	struct dram_policy *g = &s->pol;
+
+	while (g->n[PQ_B1] + g->n[PQ_B2] > 2 * g->c + 2)
+		pq_ghost_drop(s, g->n[PQ_B1] > g->n[PQ_B2] ? DQ_B1 : DQ_B2);
+}
+
+/* Evicts one leaf for a block to be placed (@keep: its parent): U's
+ * first, without a ghost; then T1's (to B1) when T1 is over its target
+ * p, else T2's (to B2); with @no_ghost a T1 leaf leaves none either.
+ * With @bypass (a new block), none when T1 is over its target without a
+ * leaf.
+ * Returns false if no leaf may go. */
+static int pq_replace(struct kvs_store *s, const struct entry *keep,
+		      bool from_b2, bool no_ghost, bool bypass)
+{
+	struct dram_policy *g = &s->pol;
+	struct entry *v = pq_leaf(s, DQ_U, keep);
+	bool t1;
+
+	if (v) {
+		dram_unlink(s, v);
+		evict_copy(s, v);
+		entry_maybe_free(s, v);
+		return 1;
+	}
+	t1 = g->n[PQ_T1] && (no_ghost || (double)g->n[PQ_T1] > g->p ||
+			     (from_b2 && g->n[PQ_T1] == (uint64_t)g->p));
+	for (int tries = 0; tries < 2; tries++, t1 = !t1) {
+		uint8_t ghost = t1 ? DQ_B1 : DQ_B2;
+
+		v = pq_leaf(s, t1 ? DQ_T1 : DQ_T2, keep);
+		/* T1 is over its target and holds no leaf (one long chain
+		 * never read: a scan): a new block is not placed rather than
+		 * evict the frequent blocks of T2 */
+		if (!v && t1 && !tries && !from_b2 && !no_ghost && bypass)
+			return -1;
+		if (!v)
+			continue;
+		dram_unlink(s, v);
+		evict_copy(s, v);
+		if (no_ghost && t1) {
+			entry_maybe_free(s, v);
+			return 1;
+		}
+		list_push(pq(s, ghost), &v->dlink);
+		v->dq = ghost;
+		g->n[ghost - DQ_U]++;
+		pq_ghost_trim(s);
+		return 1;
+	}
+	return 0;
+}
+
+/* @e, without a DRAM copy, becomes the newest ghost of B1. */
+static void pq_ghost_add(struct kvs_store *s, struct entry *e)
+{
+	list_push(pq(s, DQ_B1), &e->dlink);
+	e->dq = DQ_B1;
+	s->pol.n[PQ_B1]++;
+	pq_ghost_trim(s);
+}
+
+enum admit { ADMIT_NEW, ADMIT_FROM_B2, ADMIT_NO_GHOST };
+
+/* ARC's bookkeeping for @e about to be placed: a ghost adapts p and will
+ * go to T2; a new key trims the ghosts as ARC's case IV does. */
+static enum admit pq_admit(struct kvs_store *s, struct entry *e)
+{
+	struct dram_policy *g = &s->pol;
+	double b1 = (double)g->n[PQ_B1], b2 = (double)g->n[PQ_B2];
+	bool from_b2 = e->dq == DQ_B2;
+
+	if (e->dq == DQ_B1) {
+		g->p += b1 >= b2 ? 1 : b2 / b1;
+		if (g->p > (double)g->c)
+			g->p = (double)g->c;
+	} else if (e->dq == DQ_B2) {
+		g->p -= b2 >= b1 ? 1 : b1 / b2;
+		if (g->p < 0)
+			g->p = 0;
+	} else {
+		uint64_t l1 = g->n[PQ_T1] + g->n[PQ_B1];
+
+		if (e->dfreq || !g->c)
+			return ADMIT_NEW;
+		if (l1 >= g->c) {
+			if (g->n[PQ_T1] >= g->c)
+				return ADMIT_NO_GHOST;
+			if (g->n[PQ_B1])
+				pq_ghost_drop(s, DQ_B1);
+		} else if (l1 + g->n[PQ_T2] + g->n[PQ_B2] >= 2 * g->c &&
+			   g->n[PQ_B2]) {
+			pq_ghost_drop(s, DQ_B2);
+		}
+		return ADMIT_NEW;
+	}
+	dram_forget_ghost(s, e);
+	e->dfreq = 1;
+	return from_b2 ? ADMIT_FROM_B2 : ADMIT_NEW;
+}
+
+static void pq_place(struct kvs_store *s, struct entry *e, struct entry *parent)
+{
+	uint8_t dq = e->dfreq ? DQ_T2 : DQ_U;
+
+	e->dfreq = 0;
+	if (parent && parent != e && parent->slot && !e->dparent) {
+		e->dparent = parent;
+		parent->nkids++;
+		/* the parent is extended: no longer a request's tail */
+		if (parent->dq == DQ_U)
+			pq_move(s, parent, DQ_T1);
+	}
+	pq_insert(s, dq, e);
+}
+
+static uint8_t *pq_make_room(struct kvs_store *s, int cls, struct entry *e,
+			     struct entry *parent)
+{
+	enum admit how = ADMIT_NEW;
+	uint8_t *slot;
+
+	if (e && parent && parent != e && !parent->slot) {
+		/* an orphan: its prefix misses before it.  Remembered as a
+		 * ghost, so that its own children are orphans too. */
+		if (!dq_ghost(e->dq))
+			pq_ghost_add(s, e);
+		return NULL;
+	}
+	if (e)
+		how = pq_admit(s, e);
+	for (;;) {
+		slot = dram_alloc(&s->dram, cls);
+		if (slot)
+			return slot;
+		/* full: what it holds now is the capacity ARC sizes by */
+		if (s->dram_objects > s->pol.c)
+			s->pol.c = s->dram_objects;
+		int r = pq_replace(s, parent, how == ADMIT_FROM_B2,
+				   how == ADMIT_NO_GHOST, e && !e->dfreq);
+
+		/* bypassed: remembered as evicted from T1, so that the rest
+		 * of its chain is an orphan */
+		if (r < 0 && !dq_ghost(e->dq))
+			pq_ghost_add(s, e);
+		if (r <= 0)
+			return NULL;
+		how = ADMIT_NEW;
+	}
+}
+
+/* ---- lru ------------------------------------------------------------- */
+
+static uint8_t *lru_make_room(struct kvs_store *s, int cls)
+{
+	uint8_t *slot;
+
+	for (;;) {
+		struct entry *v = NULL;
+
+		slot = dram_alloc(&s->dram, cls);
+		if (slot)
+			return slot;
+		for (struct list *l = s->pol.lru.prev; l != &s->pol.lru;
+		     l = l->prev) {
+			struct entry *e = list_entry(l, struct entry, dlink);
+
+			if (!e->pins) {
+				v = e;
+				break;
+			}
+		}
+		if (!v)
+			return NULL;
+		dram_unlink(s, v);
+		evict_copy(s, v);
+		entry_maybe_free(s, v);
+	}
+}
+
+/* ---- the policy's entry points --------------------------------------- */
+
+void dram_policy_init(struct dram_policy *pol)
+{
+	memset(pol, 0, sizeof(*pol));
+	for (int i = 0; i < PQ_N; i++)
+		list_init(&pol->q[i]);
+	list_init(&pol->lru);
+}
+
+static void fini_cb(void *arg, struct entry *e)
+{
+	struct entry *p = e->dparent;
+
+	(void)arg;
+	if (!p)
+		return;
+	e->dparent = NULL;
+	if (--p->nkids == 0 && !p->in_index)
+		free(p);
+}
+
+void dram_policy_fini(struct kvs_store *s)
+{
+	index_each(&s->index, fini_cb, NULL);
+}
+
+struct entry *dram_parent_of(struct kvs_store *s, const struct entry *e,
+			     const uint8_t *obj, size_t len)
+{
+	static const uint8_t first[KVS_ID_SIZE];
+	struct kvs_store_key key;
+	struct kvs_header h;
+
+	if (s->opts.eviction != KVS_STORE_EVICT_PREFIX || !s->dram_on)
+		return NULL;
+	if (kvs_header_decode(obj, len, KVS_VERIFY_NO_CHECKSUMS, &h))
+		return NULL;
+	if (memcmp(h.ident.parent_id, first, KVS_ID_SIZE) == 0)
+		return NULL;
+	memcpy(key.span_id, h.ident.parent_id, KVS_ID_SIZE);
+	key.layer = e->key.layer;
+	return index_find(&s->index, &key);
+}
+
+void dram_insert(struct kvs_store *s, struct entry *e, struct entry *parent)
+{
+	switch (s->opts.eviction) {
+	case KVS_STORE_EVICT_S3FIFO:
+		s3_insert(s, e);
+		return;
+	case KVS_STORE_EVICT_LRU:
+		e->dq = DQ_LRU;
+		list_push(&s->pol.lru, &e->dlink);
+		break;
+	default:
+		pq_place(s, e, parent);
+		break;
+	}
+	s->dram_objects++;
+	s->dram_obj_bytes += e->len;
+}
+
+void dram_hit(struct kvs_store *s, struct entry *e)
+{
+	switch (s->opts.eviction) {
+	case KVS_STORE_EVICT_S3FIFO:
+		s3_hit(e);
+		return;
+	case KVS_STORE_EVICT_LRU:
+		if (e->dq == DQ_LRU) {
+			list_del(&e->dlink);
+			list_push(&s->pol.lru, &e->dlink);
+		}
+		return;
+	default:
+		/* a hit prefix is read in order: the parents were moved
+		 * just before, so the chain order holds in T2 */
+		if (e->dq >= DQ_U && e->dq <= DQ_T2)
+			pq_move(s, e, DQ_T2);
+		return;
+	}
+}
+
+void dram_forget_ghost(struct kvs_store *s, struct entry *e)
+{
+	if (e->dq == DQ_GHOST) {
+		s->nghost_d--;
+	} else if (e->dq == DQ_B1 || e->dq == DQ_B2) {
+		s->pol.n[e->dq - DQ_U]--;
+	} else {
+		return;
+	}
+	list_del(&e->dlink);
+	e->dq = DQ_NONE;
+}
+
+uint8_t *dram_make_room(struct kvs_store *s, int cls, struct entry *e,
+			struct entry *parent)
+{
+	if (!s->dram_on || cls < 0)
+		return NULL;
+	switch (s->opts.eviction) {
+	case KVS_STORE_EVICT_S3FIFO:
+		return s3_make_room(s, cls);
+	case KVS_STORE_EVICT_LRU:
+		return lru_make_room(s, cls);
+	default:
+		return pq_make_room(s, cls, e, parent);
 	}
 }

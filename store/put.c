@@ -77,11 +77,8 @@ static int entry_for_put(struct kvs_store *s, const struct kvs_store_key *key,
 		 * (a put that could not write): any key may have one */
 		e->on_disk = s->stale_floor != UINT64_MAX;
 	}
-	if (old && old->dq == DQ_GHOST) {
-		list_del(&old->dlink);
-		s->nghost_d--;
-		old->dq = DQ_NONE;
-	}
+	if (old)
+		dram_forget_ghost(s, old);
 	*out = e;
 	return 0;
 }
@@ -96,7 +93,7 @@ static int stage_one(struct kvs_store *s, const uint8_t *obj, size_t len,
 		     int adopt_cls, bool *adopted)
 {
 	struct kvs_store_key key;
-	struct entry *e;
+	struct entry *e, *parent;
 	uint64_t rec = record_size(len), psum;
 	uint8_t *image = NULL;
 	bool was_tomb;
@@ -131,7 +128,8 @@ static int stage_one(struct kvs_store *s, const uint8_t *obj, size_t len,
 	}
 	e->pins++;
 	cls = adopt ? adopt_cls : s->dram_on ? dram_class(&s->dram, rec) : -1;
-	image = adopt ? adopt : dram_make_room(s, cls);
+	parent = dram_parent_of(s, e, obj, len);
+	image = adopt ? adopt : dram_make_room(s, cls, e, parent);
 	p->owned = !image;
 	if (!image) {
 		if (!s->nvme_on) {
@@ -179,7 +177,7 @@ static int stage_one(struct kvs_store *s, const uint8_t *obj, size_t len,
 	if (!p->owned) {
 		e->slot = image;
 		e->cls = cls;
-		dram_insert(s, e);
+		dram_insert(s, e, parent);
 	}
 	if (adopt)
 		*adopted = true;

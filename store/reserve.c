@@ -90,7 +90,7 @@ int kvs_store_reserve(struct kvs_store *store, size_t len,
 	pthread_mutex_lock(&s->lock);
 	reclaim_locked(s, now);
 	cls = s->dram_on ? dram_class(&s->dram, rec) : -1;
-	r->slot = cls >= 0 ? dram_make_room(s, cls) : NULL;
+	r->slot = cls >= 0 ? dram_make_room(s, cls, NULL, NULL) : NULL;
 	if (!r->slot) {
 		pthread_mutex_unlock(&s->lock);
 		free(r);

@@ -62,6 +62,30 @@ int kvs_store_key_parse(const char *text, struct kvs_store_key *out)
 	return 0;
 }
 
+static const char *const eviction_names[] = {
+	[KVS_STORE_EVICT_PREFIX] = "prefix",
+	[KVS_STORE_EVICT_S3FIFO] = "s3fifo",
+	[KVS_STORE_EVICT_LRU] = "lru",
+};
+
+int kvs_store_eviction_parse(const char *name, enum kvs_store_eviction *out)
+{
+	for (size_t i = 0; i < sizeof(eviction_names) / sizeof(*eviction_names);
+	     i++)
+		if (strcmp(name, eviction_names[i]) == 0) {
+			*out = (enum kvs_store_eviction)i;
+			return 0;
+		}
+	return -KVS_EPARAM;
+}
+
+const char *kvs_store_eviction_name(enum kvs_store_eviction e)
+{
+	if ((unsigned)e >= sizeof(eviction_names) / sizeof(*eviction_names))
+		return "?";
+	return eviction_names[e];
+}
+
 /* ---- open / close ---------------------------------------------------- */
 
 static int settle_opts(struct kvs_store *s, const struct kvs_store_opts *o)
@@ -77,6 +101,11 @@ static int settle_opts(struct kvs_store *s, const struct kvs_store_opts *o)
 	s->read_only = s->opts.read_only;
 	if (s->opts.queue_depth == 0)
 		s->opts.queue_depth = 32;
+	if (!kvs_store_eviction_name(s->opts.eviction)[1]) {
+		kvs_log(KVS_LOG_ERR, "store: no eviction policy %d",
+			(int)s->opts.eviction);
+		return -KVS_EPARAM;
+	}
 	seg = s->opts.segment_size ? s->opts.segment_size : DEFAULT_SEGMENT;
 	if (seg < KVS_STORE_SEGMENT_MIN || seg > KVS_STORE_SEGMENT_MAX) {
 		kvs_log(KVS_LOG_ERR,
@@ -146,6 +175,7 @@ static void teardown(struct kvs_store *s)
 	struct list *l;
 
 	reservations_fini(s);
+	dram_policy_fini(s);
 	index_each(&s->index, free_entry_cb, NULL);
 	index_fini(&s->index);
 	while ((l = list_oldest(&s->segments)))
@@ -257,6 +287,7 @@ int kvs_store_open(const char *dir, const struct kvs_store_opts *opts,
 	list_init(&s->small);
 	list_init(&s->main);
 	list_init(&s->ghost);
+	dram_policy_init(&s->pol);
 	list_init(&s->segments);
 	list_init(&s->nghost);
 	list_init(&s->reservations);

@@ -14,7 +14,7 @@
  *   io.c       default ops table: system calls and the io_uring engine
  *   dram.c     the DRAM arena: slabs split into size-classed slots
  *   index.c    hash table from key to entry, intrusive lists
- *   policy.c   S3-FIFO queues of the DRAM tier, ghost bookkeeping
+ *   policy.c   the DRAM tier's eviction: prefix-aware ARC, S3-FIFO, LRU
  *   nvme.c     segments: create, append, seal, read, reclaim, compact
  *   recover.c  rebuild the index from the segments at open
  *   store.c    public API: options, keys, open/close
@@ -63,7 +63,8 @@ struct kvs_store {
 	/* DRAM tier */
 	struct dram dram;
 	bool dram_on;
-	struct list small, main, ghost;
+	struct dram_policy pol; /* prefix and lru (policy.c) */
+	struct list small, main, ghost; /* s3fifo */
 	uint64_t small_bytes, main_bytes;
 	uint64_t nmain, nghost_d;
 	uint64_t dram_objects, dram_obj_bytes;

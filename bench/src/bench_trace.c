@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,6 +44,7 @@ static const char trace_usage[] =
 	"           [--bits B] [--group G] [--residual R] [--span S]\n"
 	"           [--meta f16|bf16|f32] [--fp16] [--scale K]\n"
 	"           [--sweep CAPS [--sweep-tier dram|nvme] [--plot PNG]]\n"
+	"           [--eviction prefix|s3fifo|lru]\n"
 	"           [--format auto|jsonl|csv] [--on-error fatal|skip]\n"
 	"           [--namespace NS] [--progress N] [--json]\n"
 	"       kvstash bench trace TRACE --server HOST:PORT --auth-key-file "
@@ -79,6 +81,10 @@ static const char trace_usage[] =
 	"curve\n"
 	"when matplotlib is installed.  Sizes take K, M, G, T suffixes "
 	"(binary).\n"
+	"Beside the store, an LRU simulation and the offline optimum (Belady\n"
+	"over the prefix chain) of the same capacities are replayed.\n"
+	"--eviction picks the store's DRAM policy (default prefix; s3fifo,\n"
+	"lru: docs/REPLAY.md).\n"
 	"--server replays through that kvstashd instead (its store, its\n"
 	"capacities: with --scale K give it capacities divided by K); "
 	"counters\n"
@@ -150,10 +156,8 @@ static int check_server_args(const struct args *a,
 			     const struct kvs_cli_opt *opts, size_t n)
 {
 	static const char *const store_only[] = {
-		"dir",
-		"dram-capacity",
-		"nvme-capacity",
-		"segment-size",
+		"dir",		"dram-capacity", "nvme-capacity",
+		"segment-size", "eviction",
 	};
 	static const char *const client_only[] = {
 		"auth-key-file",
@@ -186,7 +190,7 @@ static int check_server_args(const struct args *a,
 			CMD, "--fp16 with --server: kvstashd stores sealed "
 			     "blocks only (the fp16 objects are residual "
 			     "tails, which it takes as request handoffs)");
-	for (size_t i = 0; i < 4; i++)
+	for (size_t i = 0; i < sizeof(store_only) / sizeof(store_only[0]); i++)
 		if (opt_seen(opts, n, store_only[i]))
 			return kvs_cli_usage_error(
 				CMD,
@@ -216,6 +220,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 	a->scale = 1;
 	a->meta = "f16";
 	a->sweep_tier = "dram";
+	a->eviction = "prefix";
 	a->format = "auto";
 	a->on_error = "fatal";
 	a->ns = "";
@@ -241,6 +246,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		KVS_OPT_U32("scale", &a->scale, 1, 1u << 20, false),
 		KVS_OPT_STR("sweep", &a->sweep, false),
 		KVS_OPT_STR("sweep-tier", &a->sweep_tier, false),
+		KVS_OPT_STR("eviction", &a->eviction, false),
 		KVS_OPT_STR("plot", &a->plot, false),
 		KVS_OPT_STR("format", &a->format, false),
 		KVS_OPT_STR("on-error", &a->on_error, false),
@@ -292,6 +298,12 @@ static int parse_args(int argc, char **argv, struct args *a)
 			"--sweep-tier: expected dram or nvme, got "
 			"'%s'",
 			a->sweep_tier);
+	if (kvs_store_eviction_parse(a->eviction, &a->policy) != 0)
+		return kvs_cli_usage_error(
+			CMD,
+			"--eviction: expected prefix, s3fifo or lru, got "
+			"'%s'",
+			a->eviction);
 	if (strcmp(a->on_error, "fatal") != 0 &&
 	    strcmp(a->on_error, "skip") != 0)
 		return kvs_cli_usage_error(
@@ -381,6 +393,7 @@ static int open_store(const struct args *a, uint64_t dram, uint64_t nvme,
 	sc.dram_capacity = out->tiers.dram;
 	sc.nvme_capacity = out->tiers.nvme;
 	sc.segment_size = out->tiers.segment_size;
+	sc.eviction = a->policy;
 	return replay_target_store(CMD, &sc, tg);
 }
 
@@ -459,6 +472,11 @@ static int replay_one(const struct args *a, const struct replay_model *m,
 		kvs_cli_fail(CMD, rc, "LRU");
 		goto out_objs;
 	}
+	rc = replay_opt(t, &out->plan, out->dram, out->nvme, &out->opt);
+	if (rc) {
+		kvs_cli_fail(CMD, rc, "optimum");
+		goto out_objs;
+	}
 	snprintf(label, sizeof(label), "%s, DRAM %s, NVMe %s",
 		 format_label(m, f, fmt, sizeof(fmt)),
 		 kvs_cli_human_bytes((double)out->dram, b1, sizeof(b1)),
@@ -492,6 +510,28 @@ const char *format_label(const struct replay_model *m, enum replay_format f,
 }
 
 /* ---- main ------------------------------------------------------------ */
+
+/* --dir DIR is created when missing, as kvstashd's --dir is (one level,
+ * mode 0755); anything else in the way is refused in one line naming
+ * DIR. */
+static int make_dir(const char *dir)
+{
+	struct stat st;
+
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+		kvs_cli_error(CMD, "--dir %s: %s", dir, strerror(errno));
+		return -errno;
+	}
+	if (stat(dir, &st) != 0) {
+		kvs_cli_error(CMD, "--dir %s: %s", dir, strerror(errno));
+		return -errno;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		kvs_cli_error(CMD, "--dir %s: %s", dir, strerror(ENOTDIR));
+		return -ENOTDIR;
+	}
+	return 0;
+}
 
 static int load_trace(const struct args *a, const struct replay_model *m,
 		      struct trace *t, uint8_t model_fp[KVS_ID_SIZE],
@@ -600,6 +640,11 @@ int kvs_bench_trace(int argc, char **argv)
 		a.dir = getenv("TMPDIR");
 		if (a.dir == NULL || *a.dir == '\0')
 			a.dir = "/tmp";
+	}
+	if (!a.server) {
+		rc = make_dir(a.dir);
+		if (rc)
+			return KVS_EXIT_FAIL;
 	}
 	rc = make_model(&a, &m);
 	if (rc)

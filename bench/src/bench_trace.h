@@ -18,19 +18,22 @@ struct kvs_cli_json;
 struct args {
 	const char *trace_path, *dir, *model, *meta, *sweep, *sweep_tier;
 	const char *plot, *format, *on_error, *ns;
+	const char *eviction; /* --eviction: prefix, s3fifo or lru */
 	const char *server, *key_file; /* --server: the kvstashd target */
 	uint64_t dram, nvme, segment, progress;
 	uint32_t block_tokens, layers, kv_heads, head_dim, bits, group;
 	uint32_t residual, span, scale, timeout_ms;
 	bool fp16, json, shared_memory;
+	enum kvs_store_eviction policy; /* --eviction, parsed */
 	uint64_t caps[SWEEP_MAX]; /* --sweep, parsed */
 	size_t n_caps;
 };
 
-/* One replay's results: the store's (or the daemon's) and the LRU's. */
+/* One replay's results: the store's (or the daemon's), the LRU's and the
+ * offline optimum's. */
 struct outcome {
 	struct replay_plan plan;
-	struct replay_tally store, lru;
+	struct replay_tally store, lru, opt;
 	uint64_t dram, nvme; /* capacities at scale 1 */
 	struct replay_tiers tiers; /* as given to the store, or the daemon's */
 	const char *server; /* the daemon's address; NULL in-process */

@@ -329,8 +329,12 @@ static int block_objects(struct replay_objects *o, const struct trace *t,
 	for (uint32_t k = 0; k < p->spans_kept; k++) {
 		uint32_t s = kept_span(p, k);
 		const uint8_t *id = t->span_ids[(size_t)node * per + s];
+		/* the parent is the span stored before it: the previous
+		 * kept span (the one before it at scale 1), so that the
+		 * store sees the chain of what it holds */
 		const uint8_t *parent =
-			s > 0 ? t->span_ids[(size_t)node * per + s - 1]
+			k > 0 ? t->span_ids[(size_t)node * per +
+					    kept_span(p, k - 1)]
 			: nd->parent != TRACE_NO_NODE
 				? t->span_ids[(size_t)nd->parent * per + per -
 					      1]
@@ -499,6 +503,7 @@ int replay_target_store(const char *cmd, const struct replay_store_config *c,
 	opts.dram_capacity = c->dram_capacity;
 	opts.nvme_capacity = c->nvme_capacity;
 	opts.segment_size = c->segment_size;
+	opts.eviction = c->eviction;
 	opts.write_through = false;
 	opts.create = true;
 	rc = kvs_store_open(st->dir, &opts, &st->store);

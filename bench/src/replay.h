@@ -9,7 +9,8 @@
  *     tables behind it: the store engine opened in-process (replay.c),
  *     and a kvstashd reached through the client library
  *     (replay_server.c, built with the network service);
- *   - the replay itself, and an LRU simulation of the same capacities.
+ *   - the replay itself, an LRU simulation of the same capacities and
+ *     the offline optimum (Belady over the chain, replay_opt.c).
  * docs/REPLAY.md describes the mapping and the counters.
  */
 #ifndef KVSTASH_TOOLS_REPLAY_H
@@ -188,6 +189,7 @@ struct replay_target {
 struct replay_store_config {
 	const char *parent_dir; /* a fresh store is made under it */
 	uint64_t dram_capacity, nvme_capacity, segment_size;
+	enum kvs_store_eviction eviction;
 };
 
 /*
@@ -233,7 +235,7 @@ struct replay_tally {
 	uint64_t objects_put, put_refused, objects_read, read_misses;
 	uint64_t bytes_written, bytes_read; /* by the requests */
 	uint64_t dram_bytes_read, nvme_bytes_read, nvme_bytes_written;
-	uint64_t evicted_blocks, demoted_blocks; /* LRU only */
+	uint64_t evicted_blocks, demoted_blocks; /* LRU and optimum only */
 	int first_refusal; /* 0 or the first refused put's error */
 	/* dram_hit_blocks and nvme_hit_blocks are counted (the target's
 	 * tiers_per_block) */
@@ -279,6 +281,25 @@ int replay_run(const struct trace *t, struct replay_objects *o,
  * at the plan's scale, like the store's.
  */
 int replay_lru(const struct trace *t, const struct replay_plan *plan,
+	       uint64_t dram_capacity, uint64_t nvme_capacity,
+	       struct replay_tally *out);
+
+/* A simulation's tally from its block counts (replay_lru.c): objects
+ * and bytes read and put, by tier; @demoted: NVMe writes are the
+ * demoted blocks. */
+void replay_tally_finish(struct replay_tally *tl,
+			 const struct replay_plan *plan, bool demoted);
+
+/*
+ * replay_opt - the offline optimum of the same requests (replay_opt.c):
+ * Belady's rule over whole blocks of the summed capacity, the block whose
+ * next use is farthest (the deeper on a tie) leaving first, the block
+ * being stored bypassing the cache when it ranks last; the victim never
+ * has a cached child.  Hits from DRAM are those the optimum of the DRAM
+ * capacity alone keeps (a subset), the rest from NVMe.  Capacities and
+ * bytes as replay_lru's.  0 or -ENOMEM.
+ */
+int replay_opt(const struct trace *t, const struct replay_plan *plan,
 	       uint64_t dram_capacity, uint64_t nvme_capacity,
 	       struct replay_tally *out);
 

@@ -83,6 +83,20 @@ static void touch(struct lru *c, uint32_t n, struct replay_tally *t)
 	}
 }
 
+void replay_tally_finish(struct replay_tally *tl,
+			 const struct replay_plan *plan, bool demoted)
+{
+	uint64_t block = (uint64_t)plan->objects_per_block * plan->object_bytes;
+
+	tl->objects_read = tl->hit_blocks * plan->objects_per_block;
+	tl->objects_put =
+		(tl->lookup_blocks - tl->hit_blocks) * plan->objects_per_block;
+	tl->dram_bytes_read = tl->dram_hit_blocks * block;
+	tl->nvme_bytes_read = tl->nvme_hit_blocks * block;
+	tl->nvme_bytes_written = demoted ? tl->demoted_blocks * block : 0;
+	tl->target.evictions = tl->evicted_blocks * plan->objects_per_block;
+}
+
 int replay_lru(const struct trace *t, const struct replay_plan *plan,
 	       uint64_t dram_capacity, uint64_t nvme_capacity,
 	       struct replay_tally *out)
@@ -124,13 +138,7 @@ int replay_lru(const struct trace *t, const struct replay_plan *plan,
 		tl.bytes_read += hit * block;
 		tl.bytes_written += (rq->n_blocks - hit) * block;
 	}
-	tl.objects_read = tl.hit_blocks * plan->objects_per_block;
-	tl.objects_put =
-		(tl.lookup_blocks - tl.hit_blocks) * plan->objects_per_block;
-	tl.dram_bytes_read = tl.dram_hit_blocks * block;
-	tl.nvme_bytes_read = tl.nvme_hit_blocks * block;
-	tl.nvme_bytes_written = nvme_capacity ? tl.demoted_blocks * block : 0;
-	tl.target.evictions = tl.evicted_blocks * plan->objects_per_block;
+	replay_tally_finish(&tl, plan, nvme_capacity > 0);
 	free(c.prev);
 	free(c.next);
 	free(c.where);

@@ -129,6 +129,9 @@ void json_outcome(struct kvs_cli_json *j, const struct replay_model *m,
 	kvs_cli_json_object_begin(j, "lru");
 	json_tally(j, &o->lru, false);
 	kvs_cli_json_object_end(j);
+	kvs_cli_json_object_begin(j, "optimum");
+	json_tally(j, &o->opt, false);
+	kvs_cli_json_object_end(j);
 }
 
 void json_header(struct kvs_cli_json *j, const struct args *a,
@@ -156,6 +159,8 @@ void json_header(struct kvs_cli_json *j, const struct args *a,
 			 kvs_dtype_name((enum kvs_dtype)m->shape.meta_type));
 	kvs_cli_json_object_end(j);
 	kvs_cli_json_u64(j, "scale", a->scale);
+	if (!a->server)
+		kvs_cli_json_str(j, "eviction", a->eviction);
 }
 
 static void print_trace_summary(const struct args *a,
@@ -196,23 +201,28 @@ static void print_plan(const struct replay_model *m, enum replay_format f,
 				   b2, sizeof(b2)));
 }
 
-/* A row of the store's (or daemon's) column and the LRU's; @known false
- * prints "-" for a counter the target does not report. */
-static void row_u64(const char *name, bool known, uint64_t s, uint64_t l)
+/* A row of the store's (or daemon's) column, the LRU's and the
+ * optimum's; @known false prints "-" for a counter the target does not
+ * report. */
+static void row_u64(const char *name, bool known, uint64_t s, uint64_t l,
+		    uint64_t o)
 {
 	char bs[32];
 
 	snprintf(bs, sizeof(bs), "%" PRIu64, s);
-	printf("%-28s %16s %16" PRIu64 "\n", name, known ? bs : "-", l);
+	printf("%-28s %16s %16" PRIu64 " %16" PRIu64 "\n", name,
+	       known ? bs : "-", l, o);
 }
 
-static void row_bytes(const char *name, bool known, uint64_t s, uint64_t l)
+static void row_bytes(const char *name, bool known, uint64_t s, uint64_t l,
+		      uint64_t o)
 {
-	char bs[32], bl[32];
+	char bs[32], bl[32], bo[32];
 
-	printf("%-28s %16s %16s\n", name,
+	printf("%-28s %16s %16s %16s\n", name,
 	       known ? kvs_cli_human_bytes((double)s, bs, sizeof(bs)) : "-",
-	       kvs_cli_human_bytes((double)l, bl, sizeof(bl)));
+	       kvs_cli_human_bytes((double)l, bl, sizeof(bl)),
+	       kvs_cli_human_bytes((double)o, bo, sizeof(bo)));
 }
 
 static void print_capacity(const struct args *a, const struct outcome *o)
@@ -241,37 +251,49 @@ void print_single(const struct args *a, const struct replay_model *m,
 		  const struct trace *t, enum replay_format f,
 		  const struct outcome *o)
 {
-	const struct replay_tally *s = &o->store, *l = &o->lru;
+	const struct replay_tally *s = &o->store, *l = &o->lru, *x = &o->opt;
 	bool blocks = s->tier_blocks, tiers = s->target.tier_hits;
 
 	print_trace_summary(a, m, t);
 	print_plan(m, f, &o->plan);
 	print_capacity(a, o);
-	printf("%-28s %16s %16s\n", "", o->server ? "kvstashd" : "store",
-	       "LRU");
-	row_u64("requests", true, s->requests, l->requests);
-	row_u64("lookup blocks", true, s->lookup_blocks, l->lookup_blocks);
-	row_u64("hit blocks", true, s->hit_blocks, l->hit_blocks);
-	row_u64("  from DRAM", blocks, s->dram_hit_blocks, l->dram_hit_blocks);
-	row_u64("  from NVMe", blocks, s->nvme_hit_blocks, l->nvme_hit_blocks);
+	printf("%-28s %16s %16s %16s\n", "", o->server ? "kvstashd" : "store",
+	       "LRU", "optimum");
+	row_u64("requests", true, s->requests, l->requests, x->requests);
+	row_u64("lookup blocks", true, s->lookup_blocks, l->lookup_blocks,
+		x->lookup_blocks);
+	row_u64("hit blocks", true, s->hit_blocks, l->hit_blocks,
+		x->hit_blocks);
+	row_u64("  from DRAM", blocks, s->dram_hit_blocks, l->dram_hit_blocks,
+		x->dram_hit_blocks);
+	row_u64("  from NVMe", blocks, s->nvme_hit_blocks, l->nvme_hit_blocks,
+		x->nvme_hit_blocks);
 	row_u64("miss blocks", true, s->lookup_blocks - s->hit_blocks,
-		l->lookup_blocks - l->hit_blocks);
-	row_u64("prompt tokens", true, s->prompt_tokens, l->prompt_tokens);
+		l->lookup_blocks - l->hit_blocks,
+		x->lookup_blocks - x->hit_blocks);
+	row_u64("prompt tokens", true, s->prompt_tokens, l->prompt_tokens,
+		x->prompt_tokens);
 	row_u64("hit tokens (prefill saved)", true, s->hit_tokens,
-		l->hit_tokens);
-	printf("%-28s %15.2f%% %15.2f%%\n", "prefix-hit ratio",
+		l->hit_tokens, x->hit_tokens);
+	printf("%-28s %15.2f%% %15.2f%% %15.2f%%\n", "prefix-hit ratio",
 	       100.0 * ratio(s->hit_tokens, s->prompt_tokens),
-	       100.0 * ratio(l->hit_tokens, l->prompt_tokens));
+	       100.0 * ratio(l->hit_tokens, l->prompt_tokens),
+	       100.0 * ratio(x->hit_tokens, x->prompt_tokens));
 	row_u64("evictions (objects)", true, s->target.evictions,
-		l->target.evictions);
+		l->target.evictions, x->target.evictions);
 	row_u64("spills to NVMe (objects)", true, s->target.spills,
-		l->demoted_blocks * o->plan.objects_per_block);
-	row_bytes("bytes written", true, s->bytes_written, l->bytes_written);
+		l->demoted_blocks * o->plan.objects_per_block,
+		x->demoted_blocks * o->plan.objects_per_block);
+	row_bytes("bytes written", true, s->bytes_written, l->bytes_written,
+		  x->bytes_written);
 	row_bytes("  to NVMe", true, s->nvme_bytes_written,
-		  l->nvme_bytes_written);
-	row_bytes("bytes read", true, s->bytes_read, l->bytes_read);
-	row_bytes("  from DRAM", tiers, s->dram_bytes_read, l->dram_bytes_read);
-	row_bytes("  from NVMe", tiers, s->nvme_bytes_read, l->nvme_bytes_read);
+		  l->nvme_bytes_written, x->nvme_bytes_written);
+	row_bytes("bytes read", true, s->bytes_read, l->bytes_read,
+		  x->bytes_read);
+	row_bytes("  from DRAM", tiers, s->dram_bytes_read, l->dram_bytes_read,
+		  x->dram_bytes_read);
+	row_bytes("  from NVMe", tiers, s->nvme_bytes_read, l->nvme_bytes_read,
+		  x->nvme_bytes_read);
 	if (s->put_refused || s->read_misses)
 		printf("%-28s %16" PRIu64 "\n%-28s %16" PRIu64 "\n",
 		       "objects refused by put", s->put_refused,
@@ -280,6 +302,41 @@ void print_single(const struct args *a, const struct replay_model *m,
 	printf("%-28s %16.0f\n", "requests/s",
 	       (double)s->requests /
 		       (s->wall_seconds > 0 ? s->wall_seconds : 1e-9));
+}
+
+static double pct(const struct replay_tally *t)
+{
+	return 100 * ratio(t->hit_tokens, t->prompt_tokens);
+}
+
+/* With --sweep-tier nvme: each policy's hit blocks from DRAM and from
+ * NVMe, so the table shows what the NVMe tier adds. */
+static void print_tier_hits(const struct args *a, const struct replay_model *m,
+			    const struct outcome *res, size_t n)
+{
+	char fmt[16], b1[32];
+
+	format_label(m, REPLAY_QUANT, fmt, sizeof(fmt));
+	printf("\nhit blocks by tier (DRAM / NVMe)\n");
+	printf("%-12s %-6s %21s %21s %21s\n", "capacity", "format", "store",
+	       "LRU", "optimum");
+	for (size_t i = 0; i < 2 * n; i++) {
+		const struct outcome *q = &res[i];
+		char c[3][32];
+		const struct replay_tally *tl[3] = { &q->store, &q->lru,
+						     &q->opt };
+
+		for (int k = 0; k < 3; k++)
+			snprintf(c[k], sizeof(c[k]), "%" PRIu64 " / %" PRIu64,
+				 tl[k]->dram_hit_blocks,
+				 tl[k]->nvme_hit_blocks);
+		printf("%-12s %-6s %21s %21s %21s\n",
+		       i % 2 ? ""
+			     : kvs_cli_human_bytes((double)q->nvme, b1,
+						   sizeof(b1)),
+		       i % 2 ? "fp16" : fmt, c[0], c[1], c[2]);
+	}
+	(void)a;
 }
 
 void print_sweep(const struct args *a, const struct replay_model *m,
@@ -292,33 +349,35 @@ void print_sweep(const struct args *a, const struct replay_model *m,
 	print_trace_summary(a, m, t);
 	print_plan(m, REPLAY_QUANT, &res[0].plan);
 	print_plan(m, REPLAY_FP16, &res[1].plan);
-	printf("sweep     %s capacity (NVMe %s), scale %u; prefix-hit ratio "
-	       "= hit tokens / prompt tokens\n\n",
+	printf("sweep     %s capacity (NVMe %s), scale %u, eviction %s; "
+	       "prefix-hit ratio = hit tokens / prompt tokens\n",
 	       dram ? "DRAM" : "NVMe",
 	       dram ? kvs_cli_human_bytes((double)a->nvme, b1, sizeof(b1))
 		    : "swept",
-	       a->scale);
+	       a->scale, a->eviction);
 	if (!dram)
-		printf("          (DRAM %s)\n\n",
+		printf("          (DRAM %s)\n",
 		       kvs_cli_human_bytes((double)a->dram, b2, sizeof(b2)));
+	printf("\n");
 	format_label(m, REPLAY_QUANT, fmt, sizeof(fmt));
-	printf("%-12s %8s %8s %8s %8s %9s %9s\n", "capacity", fmt, "LRU",
-	       "fp16", "LRU", "req/s", "req/s");
-	printf("%-12s %8s %8s %8s %8s %9s %9s\n", "", "store", fmt, "store",
-	       "fp16", fmt, "fp16");
+	printf("%-12s %8s %8s %8s %8s %8s %8s %9s %9s\n", "capacity", fmt, fmt,
+	       fmt, "fp16", "fp16", "fp16", "req/s", "req/s");
+	printf("%-12s %8s %8s %8s %8s %8s %8s %9s %9s\n", "", "store", "LRU",
+	       "optimum", "store", "LRU", "optimum", fmt, "fp16");
 	for (size_t i = 0; i < n; i++) {
 		const struct outcome *q = &res[2 * i], *h = &res[2 * i + 1];
 
-		printf("%-12s %7.2f%% %7.2f%% %7.2f%% %7.2f%% %9.0f %9.0f\n",
+		printf("%-12s %7.2f%% %7.2f%% %7.2f%% %7.2f%% %7.2f%% %7.2f%% "
+		       "%9.0f %9.0f\n",
 		       kvs_cli_human_bytes((double)(dram ? q->dram : q->nvme),
 					   b1, sizeof(b1)),
-		       100 * ratio(q->store.hit_tokens, q->store.prompt_tokens),
-		       100 * ratio(q->lru.hit_tokens, q->lru.prompt_tokens),
-		       100 * ratio(h->store.hit_tokens, h->store.prompt_tokens),
-		       100 * ratio(h->lru.hit_tokens, h->lru.prompt_tokens),
+		       pct(&q->store), pct(&q->lru), pct(&q->opt),
+		       pct(&h->store), pct(&h->lru), pct(&h->opt),
 		       (double)q->store.requests / q->store.wall_seconds,
 		       (double)h->store.requests / h->store.wall_seconds);
 	}
+	if (!dram)
+		print_tier_hits(a, m, res, n);
 	printf("\nsweep time %.1f s (%zu replays)\n", secs, 2 * n);
 }
 

@@ -163,6 +163,20 @@ const struct kvs_store_io_ops *kvs_store_io_default(void);
 
 /* ---- open / close ---------------------------------------------------- */
 
+/* The DRAM tier's eviction policy (store/README.md, "Eviction"). */
+enum kvs_store_eviction {
+	/* prefix-aware ARC: leaves of the prefix tree first, recency and
+	 * frequency queues adapting to the workload (the default) */
+	KVS_STORE_EVICT_PREFIX = 0,
+	KVS_STORE_EVICT_S3FIFO = 1, /* S3-FIFO over independent objects */
+	KVS_STORE_EVICT_LRU = 2, /* least recently used first */
+};
+
+/* "prefix", "s3fifo" or "lru" into *@out: 0, or -KVS_EPARAM. */
+int kvs_store_eviction_parse(const char *name, enum kvs_store_eviction *out);
+/* The name kvs_store_eviction_parse takes, or "?" for no policy. */
+const char *kvs_store_eviction_name(enum kvs_store_eviction e);
+
 #define KVS_STORE_SEGMENT_MIN (256ull << 10)
 #define KVS_STORE_SEGMENT_MAX (1ull << 40)
 
@@ -201,6 +215,8 @@ struct kvs_store_opts {
 	/* Reservations (kvs_store_reserve) not committed within this long
 	 * are reclaimed; 0 = default (30000). */
 	uint32_t reserve_timeout_ms;
+	/* The DRAM tier's eviction policy (0 = KVS_STORE_EVICT_PREFIX). */
+	enum kvs_store_eviction eviction;
 };
 
 /* Defaults: 256 MiB DRAM, 4 GiB NVMe, 32 MiB segments, QD 32,

@@ -155,8 +155,10 @@ def group_hand():
 
     # Capacity for exactly k = 3 blocks (3 slabs of 4 slots): [1 2 3]
     # twice hits 3 the second time and evicts nothing.  One block less
-    # (2 slabs): putting block 3 evicts block 1 (the oldest, never read),
-    # so the second request finds no prefix at all.  The same for LRU.
+    # (2 slabs): under S3-FIFO and LRU putting block 3 evicts block 1 (the
+    # oldest, never read), so the second request finds no prefix at all;
+    # the prefix policy (the default) never evicts a parent for its own
+    # child, refuses block 3 and the second request hits 1 and 2.
     t = write_trace("cap.jsonl", [(1536, [1, 2, 3])] * 2)
     r = replay(t, *SMALL, "--dram-capacity", 3 * BLOCK_DRAM,
                "--nvme-capacity", "0")
@@ -164,6 +166,10 @@ def group_hand():
     expect_counts(r["lru"], hit_blocks=3, evicted_blocks=0)
     r = replay(t, *SMALL, "--dram-capacity", 2 * BLOCK_DRAM,
                "--nvme-capacity", "0")
+    expect_counts(r, hit_blocks=2)
+    check(r["put_refused"] >= 4, "refused %r" % r["put_refused"])
+    r = replay(t, *SMALL, "--dram-capacity", 2 * BLOCK_DRAM,
+               "--nvme-capacity", "0", "--eviction", "s3fifo")
     expect_counts(r, hit_blocks=0)
     check(r["evictions"] >= 4, "evictions %r" % r["evictions"])
     expect_counts(r["lru"], hit_blocks=0)
@@ -193,6 +199,48 @@ def group_lru():
                "--dram-capacity", block, "--nvme-capacity", 2 * block)
     expect_counts(r["lru"], hit_blocks=1, nvme_hit_blocks=1,
                   dram_hit_blocks=0, demoted_blocks=3, evicted_blocks=0)
+    # The optimum keeps 1 in DRAM (2 and 3 are never used again: they
+    # bypass the smaller cache), so its hit comes from DRAM.
+    expect_counts(r["optimum"], hit_blocks=1, dram_hit_blocks=1,
+                  nvme_hit_blocks=0, evicted_blocks=0)
+
+
+def group_optimum():
+    # Belady over 3 blocks: 1 2 3 4 1 2: 4 is never used again and
+    # ranks last, so it is not cached; 1 and 2 hit (LRU: none).
+    t = write_trace("opt1.jsonl", [(512, [b]) for b in (1, 2, 3, 4, 1, 2)])
+    r = replay(t, *SMALL, "--dram-capacity", 3 * BLOCK_DRAM,
+               "--nvme-capacity", "0")
+    expect_counts(r["optimum"], hit_blocks=2, evicted_blocks=0,
+                  hit_tokens=2 * 512, prompt_tokens=6 * 512)
+    expect_counts(r["lru"], hit_blocks=0)
+    # The chain: [1 2 3], [1 2 4], [1 2 3] in 3 blocks.  At 4 the
+    # cache holds 1 2 3, all used next at the third request: the deepest,
+    # 3, would go, but 4 (never used again) ranks after it and bypasses:
+    # the third request hits all 3 (5 hit blocks in all).  LRU evicts 3
+    # for 4 and hits 2 + 2.  A parent never goes before its child.
+    t = write_trace("opt2.jsonl", [(1536, [1, 2, 3]), (1536, [1, 2, 4]),
+                                   (1536, [1, 2, 3])])
+    r = replay(t, *SMALL, "--dram-capacity", 3 * BLOCK_DRAM,
+               "--nvme-capacity", "0")
+    expect_counts(r["optimum"], hit_blocks=5, evicted_blocks=0,
+                  miss_blocks=4)
+    expect_counts(r["lru"], hit_blocks=4, evicted_blocks=2)
+    check(r["optimum"]["prefix_hit_ratio"] == 5 / 9, "optimum ratio %r" %
+          r["optimum"]["prefix_hit_ratio"])
+    # Every field of the LRU's object is in the optimum's.
+    check(sorted(r["optimum"]) == sorted(r["lru"]), "optimum fields %r" %
+          sorted(r["optimum"]))
+    # Two requests: [1 2] [3 4] then [1 2] in 2 blocks: the optimum keeps
+    # 1 2 (next used last) and bypasses 3 4: 2 hits; the store's prefix
+    # policy (the default) keeps them too, as leaves-first would not
+    # evict 1 while 2 stays.
+    t = write_trace("opt3.jsonl", [(1024, [1, 2]), (1024, [3, 4]),
+                                   (1024, [1, 2])])
+    r = replay(t, *SMALL, "--dram-capacity", 2 * BLOCK_DRAM,
+               "--nvme-capacity", "0")
+    expect_counts(r["optimum"], hit_blocks=2)
+    expect_counts(r["lru"], hit_blocks=0)
 
 
 def group_tiers():
@@ -200,8 +248,11 @@ def group_tiers():
     # puts 3 blocks, so 2 leave DRAM for NVMe (spilled: written there);
     # the second request finds all 3, some of them on NVMe.
     t = write_trace("tiers.jsonl", [(1536, [1, 2, 3])] * 2)
+    # (S3-FIFO, which spills every block it evicts; the prefix policy
+    # writes a block that could not be hit from DRAM to NVMe at once)
     r = replay(t, *SMALL, "--dram-capacity", BLOCK_DRAM,
-               "--nvme-capacity", "1M", "--segment-size", "256K")
+               "--nvme-capacity", "1M", "--segment-size", "256K",
+               "--eviction", "s3fifo")
     expect_counts(r, hit_blocks=3, read_misses=0)
     check(r["dram_hit_blocks"] + r["nvme_hit_blocks"] == 3, "tiers")
     check(r["nvme_hit_blocks"] >= 2, "NVMe hits %r" % r["nvme_hit_blocks"])
@@ -228,11 +279,15 @@ def group_scale():
     # evenly at these capacities (20 slabs of DRAM whose tenth, the S3-FIFO
     # small queue, is whole records; 64 NVMe segments of 16 blocks of
     # 256 KiB of records each): hit counts do not change with the scale,
-    # and neither do the tiers.
+    # and neither do the tiers.  Under S3-FIFO, whose order is one of
+    # independent objects: the prefix policy (the default) sees the chain
+    # of a block's spans at scale 1 and one object a block at full scale,
+    # so its choices may differ with the scale.
     t = gen("scale.jsonl", "--requests", "600", "--seed", "7",
             "--documents", "80")
     for dram, nvme in (("160M", "0"), ("80M", "256M")):
-        seg = ["--segment-size", 8192 + 16 * (256 << 10)]
+        seg = ["--segment-size", 8192 + 16 * (256 << 10),
+               "--eviction", "s3fifo"]
         base = replay(t, *MODEL4H1, "--dram-capacity", dram,
                       "--nvme-capacity", nvme, *seg)
         check(base["evictions"] > 0, "no eviction at %s" % dram)
@@ -536,6 +591,27 @@ def group_args():
     check(p.returncode == 1 and "standard output" in p.stderr and
           len(p.stderr.strip().splitlines()) == 1, "write error: %r" %
           p.stderr)
+    # A --dir that does not exist is created (one level, as kvstashd's
+    # --dir); one that cannot be is refused in one line naming it.
+    fresh = os.path.join(TMP, "fresh-dir")
+    p = run("bench", "trace", t, "--dir", fresh, "--progress", "0",
+            "--json", *SMALL)
+    r = json.loads(p.stdout)
+    check(os.path.isdir(fresh) and os.listdir(fresh) == [] and
+          r["requests"] == 1, "--dir created: %r" % (os.listdir(TMP),))
+    deep = os.path.join(TMP, "no-such", "dir")
+    p = run("bench", "trace", t, "--dir", deep, *SMALL, expect=1)
+    lines = p.stderr.strip().splitlines()
+    check(len(lines) == 1 and deep in lines[0] and
+          "No such file or directory" in lines[0] and
+          "kvstash-replay" not in lines[0], "--dir missing parent: %r" %
+          p.stderr)
+    afile = os.path.join(TMP, "a-file")
+    open(afile, "w").close()
+    p = run("bench", "trace", t, "--dir", afile, *SMALL, expect=1)
+    lines = p.stderr.strip().splitlines()
+    check(len(lines) == 1 and afile in lines[0] and
+          "Not a directory" in lines[0], "--dir a file: %r" % p.stderr)
     # --model presets and fp16 replay.
     r = replay(t, "--model", "qwen2.5-7b", "--fp16", "--scale", "28",
                "--dram-capacity", "4G", "--nvme-capacity", "0")
