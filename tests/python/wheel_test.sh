@@ -30,7 +30,8 @@ import kvstash
 from kvstash import _lib
 
 site = os.path.dirname(os.path.abspath(kvstash.__file__))
-assert not site.startswith(os.path.abspath(sys.argv[1])), site
+assert not site.startswith(os.path.join(os.path.abspath(sys.argv[1]), "python")), site
+assert "site-packages" in site, site
 assert os.path.dirname(kvstash.lib_path) == site, kvstash.lib_path
 version = open(os.path.join(sys.argv[1], "meson.build")).read().split("version: '")[1].split("'")[0]
 assert kvstash.__version__ == version, (kvstash.__version__, version)
