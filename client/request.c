@@ -20,14 +20,17 @@
  * server stores it, under its namespaced id: its header is checked as
  * received (checksum included), the id the client asked for is written
  * back with the header checksum recomputed (docs/PROTOCOL.md, section 5),
- * and then the whole object is verified.
+ * and then the whole object is verified.  A store key may name a sealed
+ * block or a full-precision span (a tail object); a tail handoff names
+ * only a tail.
  */
 static int object_check(uint8_t *obj, size_t len,
 			const struct kvs_store_key *key, unsigned kind)
 {
 	struct kvs_header h;
 
-	if (kvs_header_decode(obj, len, 0, &h) || h.kind != kind)
+	if (kvs_header_decode(obj, len, 0, &h) ||
+	    (h.kind != kind && (key == NULL || h.kind != KVS_KIND_TAIL)))
 		return -KVS_ENOTFOUND;
 	if (key) {
 		if (h.ident.layer != key->layer)

@@ -9,6 +9,17 @@
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/install-deps.sh
+# vLLM (CPU) for the connector's tests, in its own virtual environment kept
+# between runs (KVSTASH_VLLM_VENV; KVSTASH_VLLM=off leaves it out); where
+# it cannot be installed the vLLM tests skip and say so.
+vllm_venv=${KVSTASH_VLLM_VENV:-/opt/kvstash-vllm}
+if [ "${KVSTASH_VLLM:-on}" != off ]; then
+	if sh scripts/install-vllm.sh "$vllm_venv"; then
+		export KVSTASH_VLLM_PYTHON="$vllm_venv/bin/python"
+	else
+		echo "kvstash: vLLM could not be installed: the vLLM tests skip"
+	fi
+fi
 
 status=0
 jobs=2

@@ -367,9 +367,9 @@ oom:
 }
 
 /* Checks one put object as the client sent it and moves it into the
- * tenant's namespace; 0 or the error. */
-static int put_rekey(struct srv_tenant *t, uint8_t *obj, size_t len,
-		     unsigned kind)
+ * tenant's namespace; 0 or the error.  The block store holds sealed
+ * blocks and full-precision spans (tail objects: docs/PROTOCOL.md). */
+static int put_rekey(struct srv_tenant *t, uint8_t *obj, size_t len)
 {
 	struct kvs_header h;
 	uint8_t id[KVS_ID_SIZE];
@@ -377,7 +377,7 @@ static int put_rekey(struct srv_tenant *t, uint8_t *obj, size_t len,
 
 	if (err)
 		return err;
-	if (h.kind != kind)
+	if (h.kind != KVS_KIND_BLOCK && h.kind != KVS_KIND_TAIL)
 		return -KVS_EKIND;
 	ns_span_id(t, h.ident.block_id, id);
 	kvs_header_set_block_id(obj, id);
@@ -422,8 +422,7 @@ static void serve_put(struct kvs_server *srv, struct srv_req *req)
 		uint8_t *obj = req->resv ? req->dsts[i] : req->payload + off;
 
 		off += len;
-		x->results[i] =
-			put_rekey(req->conn->tenant, obj, len, KVS_KIND_BLOCK);
+		x->results[i] = put_rekey(req->conn->tenant, obj, len);
 		if (x->results[i])
 			continue;
 		if (req->resv) {

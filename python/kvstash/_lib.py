@@ -82,6 +82,16 @@ class View(ctypes.Structure):
     ]
 
 
+class ModelDesc(ctypes.Structure):
+    _fields_ = [
+        ("model_id", ctypes.c_char_p),
+        ("layers", ctypes.c_uint32),
+        ("kv_dtype", ctypes.c_int),
+        ("shape", Shape),
+        ("layout", ctypes.c_uint8),
+    ]
+
+
 class RtConfig(ctypes.Structure):
     _fields_ = [
         ("model_id", ctypes.c_char_p),
@@ -303,6 +313,7 @@ def _fn(name, restype, *argtypes, optional=False):
 _fn("kvs_strerror", ctypes.c_char_p, _I)
 _fn("kvs_check_name", ctypes.c_char_p, _I)
 _fn("kvs_shape_default", None, ctypes.POINTER(Shape), ctypes.c_uint16, ctypes.c_uint16)
+_fn("kvs_shape_check", _I, ctypes.POINTER(Shape))
 _fn("kvs_object_verify", _I, _P, _SZ, ctypes.c_uint)
 _fn("kvs_object_open", _I, _P, _SZ, ctypes.c_uint, ctypes.POINTER(View))
 _fn("kvs_view_release", None, ctypes.POINTER(View))
@@ -310,6 +321,9 @@ _fn("kvs_block_dequantize", _I, ctypes.POINTER(View), _P, _P)
 _fn("kvs_block_layout", _I, ctypes.POINTER(Shape), _P)
 _fn("kvs_block_seal", _I, ctypes.POINTER(Shape), ctypes.POINTER(Ident), _I, _P, _P,
     ctypes.c_uint, ctypes.POINTER(c_u8p), _SZP)
+_fn("kvs_tail_encode", _I, ctypes.POINTER(Shape), ctypes.POINTER(Ident), _I, _U32, _U32, _P, _P,
+    ctypes.c_uint, ctypes.POINTER(c_u8p), _SZP)
+_fn("kvs_model_fingerprint", _I, ctypes.POINTER(ModelDesc), _P)
 _fn("kvs_span_id", _I, ctypes.c_char_p, _P, _P, _U32P, _SZ, _P)
 _fn("kvs_id_to_hex", None, _P, ctypes.c_char_p)
 _fn("kvs_dtype_name", ctypes.c_char_p, _I)

@@ -54,6 +54,12 @@ int main(void)
 	FIELD(Header, kvs_header, ident);
 	FIELD(Header, kvs_header, section_count);
 	FIELD(Header, kvs_header, section);
+	SIZE(ModelDesc, kvs_model_desc);
+	FIELD(ModelDesc, kvs_model_desc, model_id);
+	FIELD(ModelDesc, kvs_model_desc, layers);
+	FIELD(ModelDesc, kvs_model_desc, kv_dtype);
+	FIELD(ModelDesc, kvs_model_desc, shape);
+	FIELD(ModelDesc, kvs_model_desc, layout);
 	SIZE(View, kvs_view);
 	FIELD(View, kvs_view, hdr);
 	FIELD(View, kvs_view, section);
