@@ -10,7 +10,7 @@ kvstashd (KVSTASHD), on models written here.
       leave vLLM computing with its own outputs
   vllm_test.py smollm2 SCRATCH     SmolLM2-135M (bf16 where the CPU has no
       AMX, else fp32) on English text: raw loads repeat the computation bit
-      for bit, 2bit loads agree with it, across processes
+      for bit, 2bit and 4bit loads agree with it, across processes
 
 Exit 77 (skip) where there is no vLLM environment or no model."""
 
@@ -202,7 +202,8 @@ def smollm2_case(scratch):
                                              prompts=pf, dtype=dtype, max_tokens=16, **kw)
     ref = run("ref")["rounds"][0]
     want = [full_blocks(p, 128) for p in ps]
-    for fmt in ("raw", "2bit"):
+    agree = {}
+    for fmt in ("raw", "2bit", "4bit"):
         d = harness.Daemon(os.path.join(scratch, "d-" + fmt))
         try:
             conn = dict(address=d.address, key=d.key_file, format=fmt)
@@ -224,9 +225,12 @@ def smollm2_case(scratch):
                   "raw SmolLM2: the tokens of vLLM without the connector")
         else:
             frac, lp = agreement(ref, got)
-            print("2bit SmolLM2 (%s): greedy tokens agree at %.0f%% of positions, "
-                  "mean |d logprob| %.4f" % (dtype, 100 * frac, lp))
-            check(frac >= 0.25, "2bit SmolLM2: the first tokens agree")
+            agree[fmt] = frac
+            print("%s SmolLM2 (%s): greedy tokens agree at %.0f%% of positions, "
+                  "mean |d logprob| %.4f" % (fmt, dtype, 100 * frac, lp))
+            check(all(x["tokens"][0] == y["tokens"][0] for x, y in zip(ref, got)),
+                  "%s SmolLM2: every prompt's first token is vLLM's own" % fmt)
+    check(agree["4bit"] >= agree["2bit"], "4bit agrees at least as long as 2bit")
 
 
 def harness_amx():
