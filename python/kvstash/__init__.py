@@ -11,6 +11,9 @@ Bindings over libkvstash (ctypes, no compiled extension):
   transformers               a transformers Cache and attention function
                              (import kvstash.transformers; needs torch and
                              transformers)
+  vllm                       a vLLM KV connector, KvstashConnector
+                             (kv_connector_module_path="kvstash.vllm";
+                             docs/VLLM.md)
 NumPy arrays work with the CPU device; torch tensors with both.
 """
 
