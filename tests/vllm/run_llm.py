@@ -4,6 +4,7 @@ list of prompts, greedy; the vLLM tests' and benchmark's runner.
   run_llm.py --model DIR --prompts FILE.json --out OUT.json
              [--format raw|2bit|4bit --address HOST:PORT --key FILE
               --role kv_both|kv_producer|kv_consumer --save sync|async]
+             [--servers HOST:PORT,HOST:PORT... in place of --address]
              [--rounds N] [--max-tokens N] [--dtype float32|bfloat16]
              [--prefix-caching] [--kill-pid PID --kill-round N] [--agree-tokens N]
              [--handoff-out FILE | --handoff-in FILE]
@@ -36,6 +37,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--format")
     ap.add_argument("--address")
+    ap.add_argument("--servers")
     ap.add_argument("--key")
     ap.add_argument("--role", default="kv_both")
     ap.add_argument("--save", default="sync")
@@ -59,7 +61,8 @@ def main():
         kw["kv_transfer_config"] = KVTransferConfig(
             kv_connector="KvstashConnector", kv_connector_module_path="kvstash.vllm",
             kv_role=a.role, kv_load_failure_policy="recompute",
-            kv_connector_extra_config={"address": a.address, "key_file": a.key,
+            kv_connector_extra_config={**({"servers": a.servers} if a.servers
+                                          else {"address": a.address}), "key_file": a.key,
                                        "format": a.format, "save": a.save,
                                        "timeout_ms": 3000})
     t0 = time.monotonic()

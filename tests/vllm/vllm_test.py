@@ -134,6 +134,23 @@ def connector_case(scratch):
               "%s: the loaded blocks are the quantized ones (log-probabilities moved)" % fmt)
     check(dev["4bit"] < dev["2bit"], "4bit closer to the reference than 2bit")
 
+    # a cluster of two kvstashd (a fixed list of members): the same loads,
+    # the blocks spread over both
+    ds = [harness.Daemon(os.path.join(scratch, "d-cluster-%d" % i)) for i in range(2)]
+    try:
+        r = run("cluster", format="2bit", rounds=2, key=ds[0].key_file,
+                servers=",".join(x.address for x in ds))["rounds"]
+        import kvstash
+
+        held = [kvstash.Client(x.address, x.key_file).stat()["store"]["dram"]["blocks"]
+                for x in ds]
+    finally:
+        for x in ds:
+            x.stop()
+    check([x["cached"] for x in r[1]] == want, "a cluster of two: loaded %s tokens"
+          % [x["cached"] for x in r[1]])
+    check(min(held) > 0, "a cluster of two: blocks on both nodes (%s)" % held)
+
     # kvstashd killed (SIGKILL) after round 0: round 1 computes, same outputs
     d = harness.Daemon(os.path.join(scratch, "d-kill"))
     try:
