@@ -14,9 +14,11 @@ fingerprint of the model, its cache and the format (kvstash._paged).
 
 Scheduler side: get_num_new_matched_tokens asks kvstashd (LOOKUP) how many
 of the prompt's full blocks past vLLM's own prefix cache it holds for every
-layer, leaving at least the prompt's last token to compute; the matched
-blocks are loaded in the forward pass that allocates them (synchronously:
-the lookup is one round trip, the load is pipelined by layer).
+layer, leaving at least the prompt's last token to compute.  The LOOKUP
+runs on a thread of its own: until it answers, the request is left for a
+later scheduler step (extra config "lookup": "async", the default; "sync"
+waits in the step).  The matched blocks load in the forward pass that
+allocates them, pipelined by layer.
 
 Worker side: start_load_kv starts a loader thread that, layer by layer,
 fetches the matched blocks (one GET per layer), checks and decodes them
@@ -44,6 +46,7 @@ and its CUDA flash-attention layout; any other (CPU "amx", "vec16", fp8
 caches, tensor or pipeline parallel shards) is refused at start.
 """
 
+import concurrent.futures
 import hashlib
 import os
 import queue
@@ -181,6 +184,7 @@ class _Req:
     tail_id: bytes | None = None  # the handoff's transfer id
     tail_rows: int = 0  # consumer: tail tokens matched
     tail_pending: bool = False  # consumer: the tail loads in the next step
+    lookup: Any = None  # (first block, future) of a LOOKUP in flight
 
 
 class KvstashConnector(KVConnectorBase_V1):
@@ -198,14 +202,15 @@ class KvstashConnector(KVConnectorBase_V1):
             raise ValueError("kvstash: kv_connector_extra_config names one kvstashd ('address'), "
                              "or a cluster: 'etcd' and 'cluster', or 'servers'")
         unknown = set(extra) - {"address", "etcd", "cluster", "servers", "replicas", "key_file",
-                                "namespace", "format", "timeout_ms", "save"}
+                                "namespace", "format", "timeout_ms", "save", "lookup"}
         if unknown:
             raise ValueError("kvstash: unknown kv_connector_extra_config keys: %s"
                              % ", ".join(sorted(unknown)))
         self.fmt = extra.get("format", "2bit")
         self.save_mode = extra.get("save", "sync")
-        if self.save_mode not in ("sync", "async"):
-            raise ValueError("kvstash: save is sync or async")
+        self.lookup_mode = extra.get("lookup", "async")
+        if self.save_mode not in ("sync", "async") or self.lookup_mode not in ("sync", "async"):
+            raise ValueError("kvstash: save and lookup are sync or async")
         timeout_ms = int(extra.get("timeout_ms", 2000))
         layers, kv_heads, head_dim, bs, dtype = _model_shape(vllm_config)
         self.layers, self.bs = layers, bs
@@ -226,6 +231,7 @@ class KvstashConnector(KVConnectorBase_V1):
         if role == KVConnectorRole.SCHEDULER:
             self._daemon = _Daemon(where, "scheduler")
             self._reqs: dict[str, _Req] = {}
+            self._lookups = concurrent.futures.ThreadPoolExecutor(1, "kvstash-lookup")
         else:
             self._worker = _Worker(self, args)
         logger.info("kvstash: connector (%s) for %s: format %s, %d layers, %d KV heads x %d, "
@@ -250,15 +256,20 @@ class KvstashConnector(KVConnectorBase_V1):
         tail = params.get("kvstash_tail") if isinstance(params, dict) else None
         if not self.loads or (first >= len(st.spans) and not tail):
             return 0, False
-        client = self._daemon.get()
-        if client is None:
+        if self.lookup_mode == "async":
+            # the LOOKUP runs on the lookup thread; until it answers the
+            # scheduler is told to ask again (None) and schedules others
+            if st.lookup is None or st.lookup[0] != first:
+                st.lookup = (first, self._lookups.submit(self._lookup, st.spans[first:]))
+                return None, False
+            if not st.lookup[1].done():
+                return None, False
+            held = st.lookup[1].result()
+            st.lookup = None
+        else:
+            held = self._lookup(st.spans[first:])
+        if held is None:
             return 0, False
-        try:
-            held = client.lookup(st.spans[first:], range(self.layers)) if st.spans[first:] else 0
-        except Exception as e:
-            self._daemon.failed(e)
-            return 0, False
-        self._daemon.ok()
         st.match_from, st.held_to = first, first + held
         st.tail_rows = 0
         if tail and st.held_to == len(st.spans):
@@ -267,6 +278,22 @@ class KvstashConnector(KVConnectorBase_V1):
             st.tail_id = bytes.fromhex(tail)
             st.tail_rows = len(st.tokens) - 1 - len(st.spans) * self.bs
         return held * self.bs + st.tail_rows, False
+
+    def _lookup(self, spans):
+        """How many leading spans every layer holds; None when kvstashd is
+        unreachable or answers an error (logged by _Daemon)."""
+        if not spans:
+            return 0
+        client = self._daemon.get()
+        if client is None:
+            return None
+        try:
+            held = client.lookup(spans, range(self.layers))
+        except Exception as e:
+            self._daemon.failed(e)
+            return None
+        self._daemon.ok()
+        return held
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         st = self._state(request)
@@ -356,6 +383,7 @@ class KvstashConnector(KVConnectorBase_V1):
 
     def shutdown(self):
         if self.role == KVConnectorRole.SCHEDULER:
+            self._lookups.shutdown(wait=True)
             self._daemon.close()
         else:
             self._worker.close()
