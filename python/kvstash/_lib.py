@@ -335,6 +335,7 @@ _fn("kvs_object_open", _I, _P, _SZ, ctypes.c_uint, ctypes.POINTER(View))
 _fn("kvs_view_release", None, ctypes.POINTER(View))
 _fn("kvs_block_dequantize", _I, ctypes.POINTER(View), _P, _P)
 _fn("kvs_block_layout", _I, ctypes.POINTER(Shape), _P)
+_fn("kvs_tail_layout", _I, ctypes.POINTER(Shape), _I, _U32, _U32, _P)
 _fn("kvs_block_seal", _I, ctypes.POINTER(Shape), ctypes.POINTER(Ident), _I, _P, _P,
     ctypes.c_uint, ctypes.POINTER(c_u8p), _SZP)
 _fn("kvs_tail_encode", _I, ctypes.POINTER(Shape), ctypes.POINTER(Ident), _I, _U32, _U32, _P, _P,

@@ -23,6 +23,7 @@ import ctypes
 from . import _lib
 from ._lib import KvsError, check, lib
 from .blocks import Block, span_id
+from .kernels import page_size
 
 FORMATS = ("2bit", "4bit", "raw")
 
@@ -134,6 +135,14 @@ class CudaFlashLayout:
 
 # ---- the objects --------------------------------------------------------------------
 
+def _take(out, n):
+    """The bytes of an object the library malloc'd, freed."""
+    try:
+        return ctypes.string_at(out, n.value)
+    finally:
+        _lib.libc.free(out)
+
+
 class Codec:
     """kvstash objects for one model's vLLM blocks in format `fmt`."""
 
@@ -174,8 +183,19 @@ class Codec:
         fp = ctypes.create_string_buffer(_lib.ID_SIZE)
         check(lib.kvs_model_fingerprint(ctypes.byref(desc), fp), "model fingerprint")
         self.model_fp = fp.raw
-        per_row = kv_heads * head_dim * 2 * ctypes.sizeof(ctypes.c_float)
-        self.max_object = 4096 + 2 * block_size * per_row  # above any object of this shape
+        # the bytes of one object: what a GET's buffers hold (a tail grows
+        # them to its size when it needs more)
+        if fmt == "raw":
+            self.object_size = self._tail_size(block_size)
+        else:
+            self.object_size = page_size(shape)[0]
+        self.tail_size = self._tail_size(block_size)
+
+    def _tail_size(self, rows):
+        shape = self.tail_shape if self.fmt != "raw" else self.shape
+        lay = (ctypes.c_uint32 * (2 * _lib.SECTION_MAX + 2))()
+        check(lib.kvs_tail_layout(ctypes.byref(shape), self.code, rows, rows, lay), "tail layout")
+        return lay[2 * _lib.SECTION_MAX + 1]
 
     def span_ids(self, tokens, n_blocks):
         """The chained span ids of the first n_blocks vLLM blocks of tokens."""
@@ -213,10 +233,7 @@ class Codec:
                                      ctypes.byref(n))
         if err:
             raise KvsError(err, "sealing block %d of layer %d" % (index, layer))
-        try:
-            return ctypes.string_at(out, n.value)
-        finally:
-            _lib.libc.free(out)
+        return _take(out, n)
 
     def encode_tail(self, layer, first_pos, transfer_id, k, v):
         """A residual tail: the n = k.shape[1] full-precision tokens of a
@@ -231,10 +248,7 @@ class Codec:
                                   ctypes.byref(size))
         if err:
             raise KvsError(err, "encoding the tail of layer %d" % layer)
-        try:
-            return ctypes.string_at(out, size.value)
-        finally:
-            _lib.libc.free(out)
+        return _take(out, size)
 
     def decode_tail(self, data, layer, first_pos, n):
         """The first n rows of a residual tail (k, v) in the cache's dtype."""

@@ -120,14 +120,19 @@ def _model_shape(vllm_config):
             vllm_config.cache_config.block_size, mc.dtype)
 
 
+def _where_name(where):
+    """The daemon or cluster a connector talks to, for the log."""
+    return where.get("address") or where.get("servers") or "%s (%s)" % (
+        where.get("cluster"), where.get("etcd"))
+
+
 class _Daemon:
     """A connection to kvstashd made when first needed, made again after
     a failure at most every `retry_s`, and logged once per outage."""
 
     def __init__(self, where, what):
         self.where, self.what = where, what
-        self.address = where.get("address") or where.get("servers") or "%s (%s)" % (
-            where.get("cluster"), where.get("etcd"))
+        self.address = _where_name(where)
         self.client = None
         self.down_since = None
         self.next_try = 0.0
@@ -236,7 +241,7 @@ class KvstashConnector(KVConnectorBase_V1):
             self._worker = _Worker(self, args)
         logger.info("kvstash: connector (%s) for %s: format %s, %d layers, %d KV heads x %d, "
                     "block %d, %s", "scheduler" if role == KVConnectorRole.SCHEDULER else "worker",
-                    _Daemon(where, "").address, self.fmt, layers, kv_heads, head_dim, bs, dtype)
+                    _where_name(where), self.fmt, layers, kv_heads, head_dim, bs, dtype)
 
     # ---- scheduler side ----------------------------------------------------------
 
@@ -461,7 +466,7 @@ class _Worker:
                 continue
             try:
                 obj = client.tail_take(_tail_key(t.transfer_id, layer),
-                                       cap=self.codec.max_object)
+                                       cap=self.codec.tail_size)
                 if obj is None:
                     raise KeyError("no tail")
                 k, v = self.codec.decode_tail(obj, layer, t.first_pos, t.rows)
@@ -480,7 +485,7 @@ class _Worker:
                 if client is None:
                     raise OSError("not connected")
                 todo = [m for m in moves if m.page not in failed]
-                objs = client.get([(m.span, layer) for m in todo], cap=self.codec.max_object)
+                objs = client.get([(m.span, layer) for m in todo], cap=self.codec.object_size)
                 good, ks, vs = [], [], []
                 for m, obj in zip(todo, objs):
                     try:

@@ -6,6 +6,7 @@ into safetensors)."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,12 +17,15 @@ TENANT = ("vllm", "303132333435363738393a3b3c3d3e3f")
 
 
 class Daemon:
-    """kvstashd (the KVSTASHD executable) with its store under `root`."""
+    """kvstashd (the KVSTASHD executable) with a new, empty store under
+    `root` (start() after stop() starts it again on the same store)."""
 
     def __init__(self, root, dram="256M", nvme="512M", extra=()):
         self.root = root
         self.exe = os.environ["KVSTASHD"]
-        os.makedirs(root, exist_ok=True)
+        # a fresh store: a run before this one left its blocks there
+        shutil.rmtree(root, ignore_errors=True)
+        os.makedirs(root)
         self.key_file = os.path.join(root, "key")
         with open(self.key_file, "w") as f:
             f.write("%s %s\n" % TENANT)
@@ -109,6 +113,13 @@ def smollm2(path):
         return path
     rc = subprocess.run([vllm_python(), os.path.join(HERE, "models.py"), "smollm2", path]).returncode
     return path if rc == 0 else None
+
+
+def has_amx():
+    """Whether the CPU has AMX (vLLM's CPU attention then packs bf16 Keys
+    in its "amx" layout, which the connector refuses)."""
+    with open("/proc/cpuinfo") as f:
+        return "amx_tile" in f.read()
 
 
 def text_prompts(model, out, prefix, tails):

@@ -214,7 +214,7 @@ def smollm2_case(scratch):
 
     pf = os.path.join(scratch, "prompts.json")
     ps = harness.text_prompts(model, pf, 512, [60, 300, 200])
-    dtype = "bfloat16" if not harness_amx() else "float32"
+    dtype = "bfloat16" if not harness.has_amx() else "float32"
     run = lambda name, **kw: harness.run_llm(os.path.join(scratch, name + ".json"), model=model,
                                              prompts=pf, dtype=dtype, max_tokens=16, **kw)
     ref = run("ref")["rounds"][0]
@@ -248,11 +248,6 @@ def smollm2_case(scratch):
             check(all(x["tokens"][0] == y["tokens"][0] for x, y in zip(ref, got)),
                   "%s SmolLM2: every prompt's first token is vLLM's own" % fmt)
     check(agree["4bit"] >= agree["2bit"], "4bit agrees at least as long as 2bit")
-
-
-def harness_amx():
-    with open("/proc/cpuinfo") as f:
-        return "amx_tile" in f.read()
 
 
 def main():
