@@ -26,7 +26,9 @@
  * of durable blocks, so the restarts show the recovery of a store
  * of that size.  Exits 0 when nothing was lost, wrong or hung and every
  * restart was followed by a success; prints the figures as one JSON
- * object.
+ * object.  FAULT_KEEP=1 in the environment keeps the stores and the
+ * daemons' logs (at level info: each stop's phases timed) of a run that
+ * passed too.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -182,7 +184,7 @@ static int node_start(struct node *n)
 		      n->dir, "--auth-key-file", B.keys, "--dram-capacity",
 		      "256M", "--nvme-capacity", "4G", "--segment-size", "64M",
 		      "--ready-file", n->ready, "--log-file", n->log,
-		      "--log-level", "warn", (char *)NULL);
+		      "--log-level", "info", (char *)NULL);
 		_exit(127);
 	}
 	while (!(f = fopen(n->ready, "r"))) {
@@ -686,7 +688,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "fault_bench: %s\n", kvs_strerror(err));
 	for (unsigned i = 0; i < B.nodes; i++)
 		node_stop(&B.node[i], SIGTERM);
-	if (ok && B.run[0])
+	if (ok && B.run[0] && !getenv("FAULT_KEEP"))
 		(void)nftw(B.run, remove_one, 16, FTW_DEPTH | FTW_PHYS);
 	else if (B.run[0])
 		fprintf(stderr, "fault_bench: stores and logs kept in %s\n",

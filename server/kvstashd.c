@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cli_util.h"
+#include "common/clock.h"
 #include "kvstash/log.h"
 #include "kvstash/store.h"
 #include "kvstash/server.h"
@@ -101,12 +102,17 @@ static int note_arena(void *ctx, void *base, size_t len, bool unregister)
 static volatile sig_atomic_t reopen_log;
 static const char *log_path;
 
+/* when the first stop signal came (clock_gettime is async-signal-safe) */
+static volatile uint64_t stop_signal_ns;
+
 static void on_signal(int sig)
 {
 	if (sig == SIGHUP) {
 		reopen_log = 1;
 		return;
 	}
+	if (!stop_signal_ns)
+		stop_signal_ns = kvs_now_ns();
 	if (the_cluster)
 		kvsd_cluster_leave(the_cluster);
 	else if (the_server)
@@ -439,6 +445,7 @@ int main(int argc, char **argv)
 	struct kvsd_cluster *cluster;
 	size_t n_tenants = 0;
 	int rc, err, cerr;
+	uint64_t t_close;
 
 	kvs_ucx_listener_defaults();
 	opts_table(&a, o);
@@ -506,13 +513,20 @@ int main(int argc, char **argv)
 	kvsd_cluster_stop(cluster);
 	kvs_server_destroy(the_server);
 	the_server = NULL;
+	t_close = kvs_now_ns();
 	cerr = kvs_store_close(store);
+	kvs_log(KVS_LOG_INFO, "kvstashd: store closed in %llu ms",
+		(unsigned long long)((kvs_now_ns() - t_close) / 1000000));
 	if (cerr) {
 		fprintf(stderr, "kvstashd: closing the store: %s\n",
 			kvs_strerror(cerr));
 		if (!err)
 			err = cerr;
 	}
+	if (stop_signal_ns)
+		kvs_log(KVS_LOG_INFO, "kvstashd: %llu ms since the signal",
+			(unsigned long long)((kvs_now_ns() - stop_signal_ns) /
+					     1000000));
 	fprintf(stderr, "kvstashd: stopped%s%s\n", err ? ": " : "",
 		err ? kvs_strerror(err) : "");
 	return err ? KVS_EXIT_FAIL : KVS_EXIT_OK;

@@ -624,7 +624,9 @@ static void serve_ready(struct kvs_server *srv)
 		srv->ready = req->next;
 		if (!srv->ready)
 			srv->ready_tail = &srv->ready;
-		if (req->conn->dead || req->conn->closing) {
+		/* stopping: what was not begun is left to the next daemon
+		 * (the client resends it after its reconnect) */
+		if (req->conn->dead || req->conn->closing || srv->stopping) {
 			req_done(req);
 			continue;
 		}
@@ -683,7 +685,7 @@ static bool busy(struct kvs_server *srv)
 int kvs_server_run(struct kvs_server *srv)
 {
 	struct timespec last = { 0 }, drain_start;
-	uint64_t v, last_work = now_ns(), spin_ns;
+	uint64_t v, last_work = now_ns(), spin_ns, drained_ns;
 	unsigned turns = 0;
 
 	spin_ns = (uint64_t)(srv->opts.spin_us ? srv->opts.spin_us : 50) * 1000;
@@ -727,6 +729,10 @@ int kvs_server_run(struct kvs_server *srv)
 		ucp_listener_destroy(srv->listener);
 		srv->listener = NULL;
 	}
+	/* each connection closes once its requests begun are answered;
+	 * new ones are not read */
+	for (struct srv_conn *c = srv->conns; c; c = c->next)
+		c->close_requested = true;
 	clock_gettime(CLOCK_MONOTONIC, &drain_start);
 	while (busy(srv) && elapsed_ns(&drain_start) < DRAIN_NS) {
 		kvs_ucx_wait(&srv->ucx, srv->store_fd, 1);
@@ -736,12 +742,17 @@ int kvs_server_run(struct kvs_server *srv)
 		kvs_store_poll(srv->opts.store);
 		reap_connections(srv, false);
 	}
+	drained_ns = elapsed_ns(&drain_start);
 	reap_connections(srv, true);
 	clock_gettime(CLOCK_MONOTONIC, &drain_start);
 	while (srv->conns && elapsed_ns(&drain_start) < DRAIN_NS) {
 		ucp_worker_progress(srv->ucx.worker);
 		reap_connections(srv, false);
 	}
+	kvs_log(KVS_LOG_INFO,
+		"kvstashd: drained in %llu ms, connections closed in %llu ms",
+		(unsigned long long)(drained_ns / 1000000),
+		(unsigned long long)(elapsed_ns(&drain_start) / 1000000));
 	return 0;
 }
 

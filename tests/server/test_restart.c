@@ -12,8 +12,12 @@
  * on without connecting again: calls in flight at the crash are sent again
  * where that is safe (get, lookup, put) and fail with -KVS_ECONN where it
  * is not (delete), calls made while the daemon is down wait for it within
- * their timeout, and past it fail in bounded time.
+ * their timeout, and past it fail in bounded time.  A SIGTERM under a
+ * steady load of gets and durable puts: the drain ends once the calls
+ * begun are answered, and the same clients go on with the next daemon,
+ * never reading wrong bytes.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -327,6 +331,136 @@ static void test_in_flight_across_restart(void **state)
 	daemon_cleanup(&d);
 }
 
+/* ---- a stop under load ----------------------------------------------- */
+
+#define LOADERS 4
+
+struct loader {
+	const struct daemon *d;
+	const struct set *s;
+	volatile int *stop;
+	uint64_t seed;
+	unsigned ok, wrong, failed;
+};
+
+/* Gets of the set and durable puts of new blocks, one after the other,
+ * until told to stop: a get either succeeds with the right bytes or
+ * fails (the daemon is away). */
+static void *load(void *arg)
+{
+	struct loader *l = arg;
+	struct kvs_client *c = client_of(l->d, "alice", 2000);
+	size_t cap = 0;
+	void *buf;
+
+	for (int i = 0; i < N_BLOCKS; i++)
+		if (l->s->len[i] > cap)
+			cap = l->s->len[i];
+	buf = malloc(cap);
+	for (unsigned n = 0; buf && !*l->stop; n++) {
+		int i = (int)(n % N_BLOCKS), res = -1;
+		size_t got = 0, c_cap = cap;
+
+		if (n & 1) { /* a durable put of a new block: the disk's time */
+			size_t len;
+			struct kvs_store_key key;
+			uint8_t *obj =
+				make_block(l->seed + n, 0, 2, 128, &len, &key);
+
+			if (kvs_client_put(c, (const uint8_t *const *)&obj,
+					   &len, 1, KVS_DURABILITY_DURABLE,
+					   &res) ||
+			    res)
+				l->failed++;
+			free(obj);
+			continue;
+		}
+		if (kvs_client_get(c, &l->s->key[i], 1, &buf, &c_cap, &got,
+				   &res) ||
+		    res)
+			l->failed++;
+		else if (got != l->s->len[i] || memcmp(buf, l->s->obj[i], got))
+			l->wrong++;
+		else
+			l->ok++;
+	}
+	free(buf);
+	kvs_client_close(c);
+	return NULL;
+}
+
+/* The drain's time as the daemon's log states it at its stop ("drained
+ * in N ms"), the last one; -1 if none. */
+static long drain_ms(const char *log)
+{
+	FILE *f = fopen(log, "r");
+	char line[512];
+	long ms = -1;
+	const char *p;
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if ((p = strstr(line, "drained in ")))
+			ms = strtol(p + strlen("drained in "), NULL, 10);
+	fclose(f);
+	return ms;
+}
+
+static void test_stop_under_load(void **state)
+{
+	struct daemon d;
+	struct set s;
+	const char *info[] = { "--log-level", "info", NULL };
+	struct loader l[LOADERS];
+	pthread_t t[LOADERS];
+	volatile int stop = 0;
+	unsigned before = 0, after = 0;
+	uint64_t t0, took;
+	long drained;
+	struct kvs_client *c;
+
+	(void)state;
+	daemon_prepare(&d, "stop-load");
+	daemon_start(&d, info);
+	set_make(&s, 9000);
+	c = client_of(&d, "alice", 0);
+	put_all(c, &s);
+	kvs_client_close(c);
+	for (int i = 0; i < LOADERS; i++) {
+		l[i] = (struct loader){ .d = &d,
+					.s = &s,
+					.stop = &stop,
+					.seed = 100000 * (uint64_t)(i + 1) };
+		assert_int_equal(pthread_create(&t[i], NULL, load, &l[i]), 0);
+	}
+	usleep(500000);
+	for (int i = 0; i < LOADERS; i++)
+		before += l[i].ok;
+	assert_true(before > 0);
+	/* the drain waits only for the calls begun before the signal;
+	 * the store's close after it is the disk's */
+	t0 = ms_now();
+	assert_int_equal(daemon_stop(&d, SIGTERM, 10000), 0);
+	took = ms_now() - t0;
+	drained = drain_ms(d.log);
+	print_message("stopped under load in %llu ms, drained in %ld ms\n",
+		      (unsigned long long)took, drained);
+	assert_true(drained >= 0 && drained < 2500);
+	d.fixed_port = d.port;
+	daemon_start(&d, info);
+	usleep(500000);
+	stop = 1;
+	for (int i = 0; i < LOADERS; i++) {
+		assert_int_equal(pthread_join(t[i], NULL), 0);
+		after += l[i].ok;
+		assert_int_equal(l[i].wrong, 0);
+	}
+	assert_true(after > before); /* the same clients went on */
+	assert_int_equal(daemon_stop(&d, SIGTERM, 10000), 0);
+	set_free(&s);
+	daemon_cleanup(&d);
+}
+
 /* A daemon down for longer than a call's timeout: the call fails with
  * -KVS_ECONN in bounded time; once the daemon is back, the same client
  * works again. */
@@ -446,6 +580,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_in_flight_across_restart,
 					  daemons_reap),
 		cmocka_unit_test_teardown(test_down_past_timeout, daemons_reap),
+		cmocka_unit_test_teardown(test_stop_under_load, daemons_reap),
 		cmocka_unit_test_teardown(test_blockstore_misses_while_down,
 					  daemons_reap),
 	};
