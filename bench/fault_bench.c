@@ -21,7 +21,9 @@
  * outcome is counted by kind and error; a call that takes longer than its
  * timeout and a second is a hang.  Gets compare the bytes with those put; at
  * the end every block acknowledged durable is read back and compared bit for
- * bit (lost, wrong).  With
+ * bit (lost, wrong).  New blocks are put until they fill half the
+ * store's NVMe tier (a cache that is full evicts, which is no loss); the
+ * puts after that are of blocks already acknowledged.  With
  * --prefill the first daemon's store is first filled with that many MiB
  * of durable blocks, so the restarts show the recovery of a store
  * of that size.  Exits 0 when nothing was lost, wrong or hung and every
@@ -31,6 +33,8 @@
  * passed too.
  */
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
@@ -52,6 +56,8 @@
 #define RESTARTS_MAX 64
 #define IMAGES 4 /* distinct K/V per thread, finished per block id */
 #define PUTS_MAX 200000
+#define NVME_CAPACITY "4G" /* each daemon's NVMe tier */
+#define NVME_BYTES (4ull << 30)
 
 enum op { OP_LOOKUP, OP_GET, OP_PUT, OP_N };
 enum why { WHY_CONN, WHY_TIMEDOUT, WHY_OTHER, WHY_N };
@@ -99,6 +105,9 @@ static struct {
 	struct restart restart[RESTARTS_MAX];
 	unsigned restart_idx; /* restarts begun (atomic) */
 	bool stop; /* atomic */
+	_Atomic uint64_t new_bytes; /* new blocks' bytes put or being put */
+	uint64_t
+		new_budget; /* at most: what the store keeps without evicting */
 } B;
 
 static uint64_t now_ns(void)
@@ -182,9 +191,10 @@ static int node_start(struct node *n)
 	if (n->pid == 0) {
 		execl(B.kvstashd, "kvstashd", "--listen", listen, "--dir",
 		      n->dir, "--auth-key-file", B.keys, "--dram-capacity",
-		      "256M", "--nvme-capacity", "4G", "--segment-size", "64M",
-		      "--ready-file", n->ready, "--log-file", n->log,
-		      "--log-level", "info", (char *)NULL);
+		      "256M", "--nvme-capacity", NVME_CAPACITY,
+		      "--segment-size", "64M", "--ready-file", n->ready,
+		      "--log-file", n->log, "--log-level", "info",
+		      (char *)NULL);
 		_exit(127);
 	}
 	while (!(f = fopen(n->ready, "r"))) {
@@ -282,13 +292,24 @@ static int one_request(struct worker *w, enum op op, struct kvs_rng *rng,
 	int err, res = 0;
 
 	if (op == OP_PUT) {
-		seq = (uint32_t)w->n_acked + (uint32_t)w->failed[OP_PUT][0] +
-		      (uint32_t)w->failed[OP_PUT][1] +
-		      (uint32_t)w->failed[OP_PUT][2];
+		/* new blocks while the store has room for every one (a cache
+		 * full evicts, which is no loss); past that, puts again of
+		 * blocks already acknowledged */
+		bool fresh = !w->n_acked ||
+			     atomic_fetch_add(&B.new_bytes, B.block_size) +
+					     B.block_size <=
+				     B.new_budget;
+
+		seq = fresh ? (uint32_t)w->n_acked +
+				      (uint32_t)w->failed[OP_PUT][0] +
+				      (uint32_t)w->failed[OP_PUT][1] +
+				      (uint32_t)w->failed[OP_PUT][2]
+			    : w->acked[kvs_rng_below(rng,
+						     (uint32_t)w->n_acked)];
 		block_bytes(w->image, w->id, seq, obj, &key);
 		err = kvs_client_put(w->client, (const uint8_t *const *)&obj,
 				     &len, 1, KVS_DURABILITY_DURABLE, &res);
-		if (!err && !res && w->n_acked < PUTS_MAX)
+		if (fresh && !err && !res && w->n_acked < PUTS_MAX)
 			w->acked[w->n_acked++] = seq;
 		return err ? err : res;
 	}
@@ -652,6 +673,10 @@ int main(int argc, char **argv)
 	err = setup();
 	if (!err && B.prefill)
 		err = prefill();
+	/* half the tier, so that segment overhead and compaction never make
+	 * the store evict an acknowledged block */
+	B.new_budget =
+		B.prefill < NVME_BYTES / 2 ? NVME_BYTES / 2 - B.prefill : 0;
 	w = calloc(B.threads, sizeof(*w));
 	if (!w)
 		err = -ENOMEM;
