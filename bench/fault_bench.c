@@ -56,8 +56,9 @@
 #define RESTARTS_MAX 64
 #define IMAGES 4 /* distinct K/V per thread, finished per block id */
 #define PUTS_MAX 200000
-#define NVME_CAPACITY "4G" /* each daemon's NVMe tier */
-#define NVME_BYTES (4ull << 30)
+#define NVME_GIB 4 /* each daemon's NVMe tier */
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 enum op { OP_LOOKUP, OP_GET, OP_PUT, OP_N };
 enum why { WHY_CONN, WHY_TIMEDOUT, WHY_OTHER, WHY_N };
@@ -106,8 +107,7 @@ static struct {
 	unsigned restart_idx; /* restarts begun (atomic) */
 	bool stop; /* atomic */
 	_Atomic uint64_t new_bytes; /* new blocks' bytes put or being put */
-	uint64_t
-		new_budget; /* at most: what the store keeps without evicting */
+	uint64_t new_budget; /* at most that: no block evicted */
 } B;
 
 static uint64_t now_ns(void)
@@ -191,7 +191,7 @@ static int node_start(struct node *n)
 	if (n->pid == 0) {
 		execl(B.kvstashd, "kvstashd", "--listen", listen, "--dir",
 		      n->dir, "--auth-key-file", B.keys, "--dram-capacity",
-		      "256M", "--nvme-capacity", NVME_CAPACITY,
+		      "256M", "--nvme-capacity", STR(NVME_GIB) "G",
 		      "--segment-size", "64M", "--ready-file", n->ready,
 		      "--log-file", n->log, "--log-level", "info",
 		      (char *)NULL);
@@ -282,6 +282,12 @@ static enum why why_of(int err)
 	return WHY_OTHER;
 }
 
+/* The sequence number of one of @w's acknowledged blocks, at random. */
+static uint32_t any_acked(const struct worker *w, struct kvs_rng *rng)
+{
+	return w->acked[kvs_rng_below(rng, (uint32_t)w->n_acked)];
+}
+
 /* One request of kind @op; 0 or its error. */
 static int one_request(struct worker *w, enum op op, struct kvs_rng *rng,
 		       uint8_t *obj, uint8_t *expect)
@@ -304,8 +310,7 @@ static int one_request(struct worker *w, enum op op, struct kvs_rng *rng,
 				      (uint32_t)w->failed[OP_PUT][0] +
 				      (uint32_t)w->failed[OP_PUT][1] +
 				      (uint32_t)w->failed[OP_PUT][2]
-			    : w->acked[kvs_rng_below(rng,
-						     (uint32_t)w->n_acked)];
+			    : any_acked(w, rng);
 		block_bytes(w->image, w->id, seq, obj, &key);
 		err = kvs_client_put(w->client, (const uint8_t *const *)&obj,
 				     &len, 1, KVS_DURABILITY_DURABLE, &res);
@@ -313,7 +318,7 @@ static int one_request(struct worker *w, enum op op, struct kvs_rng *rng,
 			w->acked[w->n_acked++] = seq;
 		return err ? err : res;
 	}
-	seq = w->acked[kvs_rng_below(rng, (uint32_t)w->n_acked)];
+	seq = any_acked(w, rng);
 	block_bytes(w->image, w->id, seq, expect, &key);
 	if (op == OP_LOOKUP) {
 		err = kvs_client_lookup(
@@ -675,8 +680,9 @@ int main(int argc, char **argv)
 		err = prefill();
 	/* half the tier, so that segment overhead and compaction never make
 	 * the store evict an acknowledged block */
-	B.new_budget =
-		B.prefill < NVME_BYTES / 2 ? NVME_BYTES / 2 - B.prefill : 0;
+	B.new_budget = ((uint64_t)NVME_GIB << 29) > B.prefill
+			       ? ((uint64_t)NVME_GIB << 29) - B.prefill
+			       : 0;
 	w = calloc(B.threads, sizeof(*w));
 	if (!w)
 		err = -ENOMEM;

@@ -732,7 +732,7 @@ int kvs_server_run(struct kvs_server *srv)
 	/* each connection closes once its requests begun are answered;
 	 * new ones are not read */
 	for (struct srv_conn *c = srv->conns; c; c = c->next)
-		c->close_requested = true;
+		conn_request_close(c);
 	clock_gettime(CLOCK_MONOTONIC, &drain_start);
 	while (busy(srv) && elapsed_ns(&drain_start) < DRAIN_NS) {
 		kvs_ucx_wait(&srv->ucx, srv->store_fd, 1);

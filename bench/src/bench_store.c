@@ -188,7 +188,7 @@ static int bench_dram(const char *dir, const struct kvs_bench_gen *g,
 	uint64_t nb = bytes / ((uint64_t)BATCH * g->size);
 	uint8_t *out = malloc(BATCH * g->size);
 	struct kvs_store *s;
-	double tput, tget, tcopy, tmem = 0;
+	double tput = 0, tget = 0, tcopy = 0, tmem = 0;
 	int err;
 
 	if (!out)
@@ -460,7 +460,7 @@ static int bench_async(const char *dir, const struct kvs_bench_gen *g,
 	struct async_slot *slots = calloc(ASYNC_INFLIGHT, sizeof(*slots));
 	struct call_times ct[2] = { { 0 } };
 	struct kvs_store *s;
-	double t, busy[2] = { 0 };
+	double t = 0, busy[2] = { 0 };
 	int err = slots ? 0 : -ENOMEM;
 
 	if (nb == 0)
