@@ -17,6 +17,16 @@
  *   leaf.  A block whose parent is indexed without a DRAM copy is not
  *   placed in DRAM (it could not be hit before its parent is put again).
  *   A one-time scan passes through U and T1 without touching T2.
+ *   Within T2 a leaf read since its last pass gets another (a CLOCK
+ *   counter of up to 3 reads, dfreq), so the blocks read most stay
+ *   longest and the counter ages them out.  Two orders compete by set
+ *   dueling: ARC's (an extended block to T1, reads counted in T2) and
+ *   LRU's (an extended block straight to T2, no counter, so T2 is a
+ *   plain LRU of the leaves).  One hash group of keys in 32 always
+ *   takes each; a ghost hit (a key back after its eviction) of such a
+ *   leader counts against its order, and the other keys follow the
+ *   order that misses less.  ARC's p moves by 1 + c/500 per ghost hit,
+ *   so that it settles within a few hundred misses at any size.
  * s3fifo: S3-FIFO (Yang et al., SOSP'23), in bytes of slots: new objects
  *   enter the small FIFO (10% of the arena); an object leaving the small
  *   FIFO moves to the main FIFO if it was read while there, else it is
@@ -277,9 +287,78 @@ static uint8_t *s3_make_room(struct kvs_store *s, int cls)
 
 /* ---- prefix: ARC over the prefix tree -------------------------------- */
 
+/* Set dueling: leader groups of keys (by the index hash) and the bound
+ * of psel, which starts on LRU's side (the order that needs no
+ * learning on a trace of conversations). */
+enum {
+	DUEL_GROUPS = 32,
+	DUEL_ARC = 0,
+	DUEL_LRU = 1,
+	PSEL_MAX = 256,
+	PSEL_START = 64,
+};
+
+/* dfreq of a DRAM copy under the prefix policy: T2's CLOCK counter (a
+ * read block), or for a block put and not read since, DF_UNREAD and the
+ * length of the run of such blocks its chain ends with (a new chain's
+ * blocks 1, 2, 3, ...; 1 after a read block).  Out of DRAM, dfreq says
+ * whether the next copy goes to T2 (pq_place). */
+enum {
+	CLOCK_MAX = 3,
+	DF_CLOCK = 3,
+	DF_UNREAD = 0x80,
+	DF_RUN_SHIFT = 2,
+	DF_RUN_MAX = 31,
+};
+
+static unsigned unread_run(const struct entry *e)
+{
+	return e->dfreq & DF_UNREAD ? (e->dfreq >> DF_RUN_SHIFT) & DF_RUN_MAX
+				    : 0;
+}
+
+static unsigned duel_group(const struct entry *e)
+{
+	return (unsigned)(e->hash >> 40) % DUEL_GROUPS;
+}
+
+/* Whether @e takes LRU's order (else ARC's). */
+static bool lru_order(const struct dram_policy *g, const struct entry *e)
+{
+	unsigned grp = duel_group(e);
+
+	if (grp == DUEL_ARC)
+		return false;
+	if (grp == DUEL_LRU)
+		return true;
+	return g->psel > 0;
+}
+
+/* A ghost hit of @e: a miss of its group's order. */
+static void duel_miss(struct dram_policy *g, const struct entry *e)
+{
+	unsigned grp = duel_group(e);
+
+	if (grp == DUEL_ARC && g->psel < PSEL_MAX)
+		g->psel++;
+	else if (grp == DUEL_LRU && g->psel > -PSEL_MAX)
+		g->psel--;
+}
+
 static struct list *pq(struct kvs_store *s, uint8_t dq)
 {
 	return &s->pol.q[dq - DQ_U];
+}
+
+/* The longest run of never-read blocks LRU's order takes into T2, a
+ * quarter of the tier in slots of @e's size (at most DF_RUN_MAX): a
+ * longer one is a scan, left to T1, where it is not placed once T1 is
+ * over its target. */
+static unsigned scan_run(const struct kvs_store *s, const struct entry *e)
+{
+	uint64_t r = s->dram.map_len / slot_bytes(s, e) / 4;
+
+	return r < 1 ? 1 : r > DF_RUN_MAX ? DF_RUN_MAX : (unsigned)r;
 }
 
 /* Links @e into queue @dq: just tail-side of its parent when the parent
@@ -309,17 +388,26 @@ static void pq_move(struct kvs_store *s, struct entry *e, uint8_t dq)
 }
 
 /* The tail-most leaf of queue @dq that may go: no child in DRAM, not
- * pinned, not @keep.  NULL if none. */
+ * pinned, not @keep; in T2 a leaf with reads on its counter spends one
+ * and goes to the head instead (each is passed at most CLOCK_MAX
+ * times, so this ends).  NULL if none. */
 static struct entry *pq_leaf(struct kvs_store *s, uint8_t dq,
 			     const struct entry *keep)
 {
 	struct list *h = pq(s, dq);
+	struct list *next;
 
-	for (struct list *l = h->prev; l != h; l = l->prev) {
+	for (struct list *l = h->prev; l != h; l = next) {
 		struct entry *e = list_entry(l, struct entry, dlink);
 
-		if (!e->nkids && !e->pins && e != keep)
+		next = l->prev;
+		if (e->nkids || e->pins || e == keep)
+			continue;
+		if (dq != DQ_T2 || !(e->dfreq & DF_CLOCK))
 			return e;
+		e->dfreq--;
+		list_del(&e->dlink);
+		list_push(h, &e->dlink);
 	}
 	return NULL;
 }
@@ -346,6 +434,15 @@ static void pq_ghost_trim(struct kvs_store *s)
 		pq_ghost_drop(s, g->n[PQ_B1] > g->n[PQ_B2] ? DQ_B1 : DQ_B2);
 }
 
+/* Takes leaf @v out of its queue and evicts its copy; its dfreq goes
+ * back to the meaning it has out of DRAM (0: the next copy to U). */
+static void pq_evict(struct kvs_store *s, struct entry *v)
+{
+	dram_unlink(s, v);
+	v->dfreq = 0;
+	evict_copy(s, v);
+}
+
 /* Evicts one leaf for a block to be placed (@keep: its parent): U's
  * first, without a ghost; then T1's (to B1) when T1 is over its target
  * p, else T2's (to B2); with @no_ghost a T1 leaf leaves none either.
@@ -360,8 +457,7 @@ static int pq_replace(struct kvs_store *s, const struct entry *keep,
 	bool t1;
 
 	if (v) {
-		dram_unlink(s, v);
-		evict_copy(s, v);
+		pq_evict(s, v);
 		entry_maybe_free(s, v);
 		return 1;
 	}
@@ -378,8 +474,7 @@ static int pq_replace(struct kvs_store *s, const struct entry *keep,
 			return -1;
 		if (!v)
 			continue;
-		dram_unlink(s, v);
-		evict_copy(s, v);
+		pq_evict(s, v);
 		if (no_ghost && t1) {
 			entry_maybe_free(s, v);
 			return 1;
@@ -410,14 +505,17 @@ static enum admit pq_admit(struct kvs_store *s, struct entry *e)
 {
 	struct dram_policy *g = &s->pol;
 	double b1 = (double)g->n[PQ_B1], b2 = (double)g->n[PQ_B2];
+	double step = 1 + (double)g->c / 500;
 	bool from_b2 = e->dq == DQ_B2;
 
+	if (dq_ghost(e->dq))
+		duel_miss(g, e);
 	if (e->dq == DQ_B1) {
-		g->p += b1 >= b2 ? 1 : b2 / b1;
+		g->p += (b1 >= b2 ? 1 : b2 / b1) * step;
 		if (g->p > (double)g->c)
 			g->p = (double)g->c;
 	} else if (e->dq == DQ_B2) {
-		g->p -= b2 >= b1 ? 1 : b1 / b2;
+		g->p -= (b2 >= b1 ? 1 : b1 / b2) * step;
 		if (g->p < 0)
 			g->p = 0;
 	} else {
@@ -444,15 +542,25 @@ static enum admit pq_admit(struct kvs_store *s, struct entry *e)
 static void pq_place(struct kvs_store *s, struct entry *e, struct entry *parent)
 {
 	uint8_t dq = e->dfreq ? DQ_T2 : DQ_U;
+	unsigned run = 1;
 
-	e->dfreq = 0;
 	if (parent && parent != e && parent->slot && !e->dparent) {
+		unsigned prun = unread_run(parent);
+
 		e->dparent = parent;
 		parent->nkids++;
-		/* the parent is extended: no longer a request's tail */
+		/* the parent is extended: no longer a request's tail; LRU's
+		 * order takes it to T2 unless its chain is a scan */
 		if (parent->dq == DQ_U)
-			pq_move(s, parent, DQ_T1);
+			pq_move(s, parent,
+				lru_order(&s->pol, parent) &&
+						prun <= scan_run(s, parent)
+					? DQ_T2
+					: DQ_T1);
+		if (prun)
+			run = prun < DF_RUN_MAX ? prun + 1 : DF_RUN_MAX;
 	}
+	e->dfreq = dq == DQ_U ? (uint8_t)(DF_UNREAD | run << DF_RUN_SHIFT) : 0;
 	pq_insert(s, dq, e);
 }
 
@@ -525,6 +633,7 @@ static uint8_t *lru_make_room(struct kvs_store *s, int cls)
 void dram_policy_init(struct dram_policy *pol)
 {
 	memset(pol, 0, sizeof(*pol));
+	pol->psel = PSEL_START;
 	for (int i = 0; i < PQ_N; i++)
 		list_init(&pol->q[i]);
 	list_init(&pol->lru);
@@ -598,8 +707,14 @@ void dram_hit(struct kvs_store *s, struct entry *e)
 	default:
 		/* a hit prefix is read in order: the parents were moved
 		 * just before, so the chain order holds in T2 */
-		if (e->dq >= DQ_U && e->dq <= DQ_T2)
-			pq_move(s, e, DQ_T2);
+		if (e->dq < DQ_U || e->dq > DQ_T2)
+			return;
+		if (e->dfreq & DF_UNREAD)
+			e->dfreq = 0;
+		else if (e->dq == DQ_T2 && e->dfreq < CLOCK_MAX &&
+			 !lru_order(&s->pol, e))
+			e->dfreq++;
+		pq_move(s, e, DQ_T2);
 		return;
 	}
 }

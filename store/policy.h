@@ -24,6 +24,9 @@ struct dram_policy {
 	uint64_t n[PQ_N]; /* entries in each */
 	double p; /* ARC's target size of T1, in objects */
 	uint64_t c; /* objects the tier held when it was last full */
+	/* set dueling: ghost hits of ARC's leaders less LRU's, saturating;
+	 * over 0 the other keys take LRU's order */
+	int psel;
 	struct list lru;
 };
 

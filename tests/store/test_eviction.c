@@ -2,8 +2,9 @@
  * test_eviction.c - the DRAM tier's eviction policies on a real store:
  * the prefix policy's chain rule (no block outlives its evicted parent
  * while a leaf could go instead), scan resistance, pinned blocks (held
- * by a get's reference) kept, the policy after a restart, and the
- * option's names.  Chains are sealed blocks whose headers carry their
+ * by a get's reference) kept, the policy after a restart, the CLOCK
+ * counter of T2 and the set dueling between ARC's and LRU's orders,
+ * and the option's names.  Chains are sealed blocks whose headers carry their
  * parent's span id, as the runtime's do.
  */
 #include <setjmp.h>
@@ -13,6 +14,7 @@
 
 #include <cmocka.h>
 
+#include "store_internal.h"
 #include "store_test.h"
 
 #define CHAIN_MAX 64
@@ -175,24 +177,32 @@ static void test_parent_kept_for_child(void **state)
 
 /*
  * A hot prefix of 4 blocks, read a few times, then a one-time context of
- * 40 blocks put once (a scan): the hot prefix stays whole under the
- * prefix policy.  Plain LRU flushes it (the check can fail).
+ * 40 blocks put once (a scan), after @base blocks of its chain put and
+ * read (a prefix it hangs off): the hot prefix stays whole under the
+ * prefix policy, in either order of its set dueling (@psel, for the
+ * prefix policy).  Plain LRU flushes it (the check can fail).
  */
-static bool hot_survives_scan(enum kvs_store_eviction ev)
+static bool hot_survives_scan(enum kvs_store_eviction ev, size_t base, int psel)
 {
 	struct chain hot, scan;
 	char *dir = test_mkdir();
 	struct kvs_store *s = open_with(dir, ev, DRAM_16, 0);
 	bool whole = true;
 
+	if (ev == KVS_STORE_EVICT_PREFIX)
+		s->pol.psel = psel;
 	chain_make(&hot, 50, 4);
-	chain_make(&scan, 51, 40);
+	chain_make(&scan, 51, base + 40);
 	for (size_t k = 0; k < 4; k++)
 		assert_int_equal(put1(s, &hot, k), 0);
 	for (int round = 0; round < 3; round++)
 		for (size_t k = 0; k < 4; k++)
 			assert_int_equal(read1(s, &hot, k), 0);
-	for (size_t k = 0; k < 40; k++) {
+	for (size_t k = 0; k < base; k++) {
+		assert_int_equal(put1(s, &scan, k), 0);
+		assert_int_equal(read1(s, &scan, k), 0);
+	}
+	for (size_t k = base; k < base + 40; k++) {
 		int err = put1(s, &scan, k);
 
 		assert_true(err == 0 || err == -ENOSPC);
@@ -208,9 +218,14 @@ static bool hot_survives_scan(enum kvs_store_eviction ev)
 
 static void test_scan_resistance(void **state)
 {
-	assert_true(hot_survives_scan(KVS_STORE_EVICT_PREFIX));
-	assert_true(hot_survives_scan(KVS_STORE_EVICT_S3FIFO));
-	assert_false(hot_survives_scan(KVS_STORE_EVICT_LRU));
+	for (size_t base = 0; base <= 2; base += 2) {
+		assert_true(
+			hot_survives_scan(KVS_STORE_EVICT_PREFIX, base, 256));
+		assert_true(
+			hot_survives_scan(KVS_STORE_EVICT_PREFIX, base, -256));
+	}
+	assert_true(hot_survives_scan(KVS_STORE_EVICT_S3FIFO, 0, 0));
+	assert_false(hot_survives_scan(KVS_STORE_EVICT_LRU, 0, 0));
 }
 
 /* Blocks held by a get's reference (pinned, or leased to a client) are
@@ -304,6 +319,134 @@ static void test_restart(void **state)
 	chain_free(&flood);
 }
 
+/* The entry of block @k of @c (it must be indexed). */
+static struct entry *entry_of(struct kvs_store *s, const struct chain *c,
+			      size_t k)
+{
+	struct entry *e = index_find(&s->index, &c->key[k]);
+
+	assert_non_null(e);
+	return e;
+}
+
+/* The set-dueling group of a key (policy.c: the index hash's bits 40..),
+ * 0 ARC's leaders, 1 LRU's, the rest followers. */
+static unsigned group_of(const struct entry *e)
+{
+	return (unsigned)(e->hash >> 40) % 32;
+}
+
+/*
+ * T2 is frequency-aware: 16 one-block chains fill the tier and are read
+ * (T2); the first, read three times more before the others, is T2's
+ * oldest leaf.  New blocks, each put and read, then evict the oldest
+ * leaves of T2: the block read most is passed over (its counter spent
+ * one read at a time) while the next oldest, read once, goes.  Under
+ * LRU's order (all keys followers, psel > 0) it goes first.
+ */
+static bool frequent_survives(bool lru)
+{
+	struct chain c[24];
+	char *dir = test_mkdir();
+	struct kvs_store *s =
+		open_with(dir, KVS_STORE_EVICT_PREFIX, DRAM_16, 0);
+	size_t first = 0, n = 0;
+	bool kept;
+
+	/* followers only: the leaders' orders are fixed */
+	for (uint64_t seed = 100; n < 24; seed++) {
+		chain_make(&c[n], seed, 1);
+		assert_int_equal(put1(s, &c[n], 0), 0);
+		if (group_of(entry_of(s, &c[n], 0)) < 2) {
+			assert_int_equal(kvs_store_delete(s, &c[n].key[0]), 0);
+			chain_free(&c[n]);
+			continue;
+		}
+		n++;
+		if (n == 16)
+			break;
+	}
+	s->pol.psel = lru ? 256 : -256;
+	for (int r = 0; r < 4; r++)
+		assert_int_equal(read1(s, &c[first], 0), 0);
+	for (size_t i = 1; i < 16; i++)
+		assert_int_equal(read1(s, &c[i], 0), 0);
+	for (uint64_t seed = 200; n < 24; seed++) {
+		chain_make(&c[n], seed, 1);
+		assert_int_equal(put1(s, &c[n], 0), 0);
+		assert_int_equal(read1(s, &c[n], 0), 0);
+		n++;
+	}
+	kept = present(s, &c[first], 0);
+	/* the oldest of those read once went either way */
+	assert_false(present(s, &c[1], 0));
+	kvs_store_close(s);
+	test_rmdir(dir);
+	for (size_t i = 0; i < n; i++)
+		chain_free(&c[i]);
+	return kept;
+}
+
+static void test_clock(void **state)
+{
+	assert_true(frequent_survives(false));
+	assert_false(frequent_survives(true));
+}
+
+/*
+ * Set dueling: a ghost hit of one of ARC's leaders counts for LRU's
+ * order (psel up), one of LRU's leaders for ARC's (down), a follower's
+ * for neither; and the followers' extended blocks go where psel says
+ * (T2 in LRU's order, T1 in ARC's).  One-block chains put and read
+ * (T2), evicted by as many more (B2 ghosts), then put again.
+ */
+static void test_duel(void **state)
+{
+	struct chain c[32], pair;
+	char *dir = test_mkdir();
+	struct kvs_store *s =
+		open_with(dir, KVS_STORE_EVICT_PREFIX, DRAM_16, 0);
+	int arc = 0, lru = 0, psel0;
+	size_t n = 0;
+	struct entry *e;
+
+	assert_int_equal(s->pol.psel, 64);
+	for (uint64_t seed = 300; n < 32; seed++, n++) {
+		chain_make(&c[n], seed, 1);
+		assert_int_equal(put1(s, &c[n], 0), 0);
+		assert_int_equal(read1(s, &c[n], 0), 0);
+	}
+	psel0 = s->pol.psel;
+	for (size_t i = 0; i < 16; i++) {
+		e = entry_of(s, &c[i], 0);
+		assert_int_equal(e->dq, DQ_B2);
+		arc += group_of(e) == 0;
+		lru += group_of(e) == 1;
+		assert_int_equal(put1(s, &c[i], 0), 0);
+	}
+	assert_int_equal(s->pol.psel, psel0 + arc - lru);
+	/* a follower's parent, once extended, goes by psel */
+	for (int side = 0; side < 2; side++) {
+		s->pol.psel = side ? -256 : 256;
+		for (uint64_t seed = 400 + 10 * side;; seed++) {
+			chain_make(&pair, seed, 2);
+			assert_int_equal(put1(s, &pair, 0), 0);
+			if (group_of(entry_of(s, &pair, 0)) >= 2)
+				break;
+			chain_free(&pair);
+		}
+		assert_int_equal(entry_of(s, &pair, 0)->dq, DQ_U);
+		assert_int_equal(put1(s, &pair, 1), 0);
+		assert_int_equal(entry_of(s, &pair, 0)->dq,
+				 side ? DQ_T1 : DQ_T2);
+		chain_free(&pair);
+	}
+	kvs_store_close(s);
+	test_rmdir(dir);
+	for (size_t i = 0; i < 32; i++)
+		chain_free(&c[i]);
+}
+
 static void test_names(void **state)
 {
 	enum kvs_store_eviction ev;
@@ -338,6 +481,8 @@ int main(void)
 		cmocka_unit_test(test_scan_resistance),
 		cmocka_unit_test(test_pinned_kept),
 		cmocka_unit_test(test_restart),
+		cmocka_unit_test(test_clock),
+		cmocka_unit_test(test_duel),
 		cmocka_unit_test(test_names),
 	};
 
