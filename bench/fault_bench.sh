@@ -21,7 +21,10 @@ for f in "$exe" "$kvstashd"; do
 done
 mkdir -p "$out"
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT INT TERM
+# a signal ends the whole benchmark, not only the run it interrupts
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 status=0
 run() {
 	name=$1
